@@ -1,0 +1,232 @@
+{{/* ---------------------------------------------------------------------------------
+Names. Everything derives from the release (or fullnameOverride), never a fixed string.
+--------------------------------------------------------------------------------- */}}
+
+{{- define "nemo-rl-gke.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The RayCluster name and the prefix of every object. KubeRay rejects names longer than 53
+characters or that are not DNS-1035 labels, so fail here with a message instead. */}}
+{{- define "nemo-rl-gke.fullname" -}}
+{{- $name := default .Release.Name .Values.fullnameOverride -}}
+{{- if gt (len $name) 53 -}}
+{{- fail (printf "RayCluster name %q is %d characters; KubeRay allows at most 53. Use a shorter release name or set fullnameOverride." $name (len $name)) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "RayCluster name %q is not a DNS-1035 label (lowercase letters, digits and '-', starting with a letter). Use another release name or set fullnameOverride." $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: stable across upgrades (used by pod templates of immutable objects). */}}
+{{- define "nemo-rl-gke.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nemo-rl-gke.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* All labels of an object. Call with (dict "ctx" $ "component" "ray-head"). */}}
+{{- define "nemo-rl-gke.labels" -}}
+{{ include "nemo-rl-gke.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: {{ include "nemo-rl-gke.name" .ctx }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+helm.sh/chart: {{ include "nemo-rl-gke.chart" .ctx }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "nemo-rl-gke.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "nemo-rl-gke.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.claimName" -}}
+{{- default (printf "%s-data" (include "nemo-rl-gke.fullname" .)) .Values.storage.existingClaim -}}
+{{- end -}}
+
+{{/* PersistentVolumes are cluster-scoped: include the namespace so two releases of the same
+name in different namespaces do not collide. */}}
+{{- define "nemo-rl-gke.volumeName" -}}
+{{- printf "%s-%s-lustre" .Release.Namespace (include "nemo-rl-gke.fullname" .) | trunc 253 -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.image" -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- end -}}
+
+{{/* ---------------------------------------------------------------------------------
+Ray containers. Head and workers get the same environment: NeMo RL forwards the driver's
+(head's) environment to every Ray actor, so a variable that differed would be overwritten.
+--------------------------------------------------------------------------------- */}}
+
+{{/* NCCL variables as a name -> value map: the mode's defaults, then debug, then extraEnv. */}}
+{{- define "nemo-rl-gke.ncclEnvMap" -}}
+{{- $env := dict "NCCL_SOCKET_IFNAME" "eth0" "GLOO_SOCKET_IFNAME" "eth0" "TP_SOCKET_IFNAME" "eth0" -}}
+{{- if eq .Values.network.mode "rdma" -}}
+{{- $_ := set $env "NCCL_NET" "gIB" -}}
+{{- $_ := set $env "NCCL_CROSS_NIC" "0" -}}
+{{- $_ := set $env "NCCL_NET_GDR_LEVEL" "PIX" -}}
+{{- $_ := set $env "NCCL_TUNER_CONFIG_PATH" .Values.accelerator.ncclTunerConfigPath -}}
+{{- end -}}
+{{- if .Values.nccl.debug -}}
+{{- $_ := set $env "NCCL_DEBUG" "INFO" -}}
+{{- $_ := set $env "NCCL_DEBUG_SUBSYS" "INIT,NET" -}}
+{{- end -}}
+{{- range $k, $v := .Values.nccl.extraEnv -}}
+{{- $_ := set $env $k $v -}}
+{{- end -}}
+{{- toJson $env -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.rayEnv" -}}
+- name: HF_HOME
+  value: {{ .Values.storage.hfHome | quote }}
+{{- range $k, $v := (include "nemo-rl-gke.ncclEnvMap" . | fromJson) }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- with .Values.secrets.existingSecret }}
+{{- if $.Values.secrets.hfTokenKey }}
+- name: HF_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.secrets.hfTokenKey }}
+{{- end }}
+{{- if $.Values.secrets.wandbApiKeyKey }}
+- name: WANDB_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.secrets.wandbApiKeyKey }}
+{{- end }}
+{{- end }}
+{{- range .Values.extraEnv }}
+- name: {{ .name }}
+  value: {{ .value | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The Ray container's script. KubeRay runs it instead of its own command because the
+RayCluster carries ray.io/overwrite-container-cmd: "true"; it must then exec the generated
+`ray start` itself. Nothing is installed here: the image is used as it is. */}}
+{{- define "nemo-rl-gke.rayStartScript" -}}
+{{- $ctx := .ctx -}}
+set -euo pipefail
+ulimit -n 65536
+{{- if .gib }}
+gib_env=/usr/local/gib/scripts/set_nccl_env.sh
+if [ ! -r "$gib_env" ]; then
+  echo "gIB not found at /usr/local/gib: the NCCL RDMA installer has not run on this node; refusing to start (NCCL would silently fall back to TCP)." >&2
+  exit 1
+fi
+# set_nccl_env.sh sets gIB's defaults; the values chosen in the chart win over them.
+chart_nccl="$(declare -px {{ keys (include "nemo-rl-gke.ncclEnvMap" $ctx | fromJson) | sortAlpha | join " " }} 2>/dev/null || true)"
+set +u
+. "$gib_env"
+set -u
+eval "$chart_nccl"
+{{- end }}
+export LD_LIBRARY_PATH="/usr/local/gib/lib64:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+exec ${KUBERAY_GEN_RAY_START_CMD}
+{{- end -}}
+
+{{- define "nemo-rl-gke.fluentBitContainer" -}}
+{{- with .Values.logging.fluentBit }}
+- name: fluent-bit
+  image: "{{ .image.repository }}:{{ .image.tag }}"
+  imagePullPolicy: {{ .image.pullPolicy | default "IfNotPresent" }}
+  {{- with .resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    - name: fluent-bit-config
+      mountPath: /fluent-bit/etc/
+      readOnly: true
+    - name: ray-logs
+      mountPath: /tmp/ray
+      readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Volumes every Ray pod has: the shared claim, /dev/shm and (with fluent-bit) the logs. */}}
+{{- define "nemo-rl-gke.commonVolumes" -}}
+- name: shared-data
+  persistentVolumeClaim:
+    claimName: {{ include "nemo-rl-gke.claimName" .ctx }}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .shmSize }}
+{{- if .ctx.Values.logging.fluentBit.enabled }}
+- name: ray-logs
+  emptyDir: {}
+- name: fluent-bit-config
+  configMap:
+    name: {{ include "nemo-rl-gke.fullname" .ctx }}-fluent-bit
+{{- end }}
+{{- end -}}
+
+{{- define "nemo-rl-gke.commonMounts" -}}
+- name: shared-data
+  mountPath: {{ .Values.storage.mountPath }}
+- name: dshm
+  mountPath: /dev/shm
+{{- if .Values.logging.fluentBit.enabled }}
+- name: ray-logs
+  mountPath: /tmp/ray
+{{- end }}
+{{- end -}}
+
+{{/* Scheduling of one worker group by its provisioning model. */}}
+{{- define "nemo-rl-gke.provisioningSelector" -}}
+{{- $p := .provisioning -}}
+{{- if eq $p "spot" }}
+cloud.google.com/gke-spot: "true"
+{{- else if eq $p "flex-start" }}
+cloud.google.com/gke-flex-start: "true"
+{{- else if eq $p "reservation" }}
+cloud.google.com/reservation-name: {{ required (printf "workerGroups[%s].reservationName is required when provisioning is reservation" .name) .reservationName | quote }}
+cloud.google.com/reservation-affinity: "specific"
+{{- end }}
+{{- end -}}
+
+{{- define "nemo-rl-gke.provisioningTolerations" -}}
+- key: nvidia.com/gpu
+  operator: Exists
+  effect: NoSchedule
+{{- if eq .provisioning "spot" }}
+- key: cloud.google.com/gke-spot
+  operator: Equal
+  value: "true"
+  effect: NoSchedule
+- key: cloud.google.com/impending-node-termination
+  operator: Exists
+{{- else if eq .provisioning "flex-start" }}
+- key: cloud.google.com/gke-queued
+  operator: Exists
+  effect: NoSchedule
+{{- end }}
+{{- end -}}
+
+{{/* The GKE multi-network annotation of a GPU worker: eth0 on the default network, eth1 on
+the gVNIC network, eth2.. on the RDMA networks, in order; names equal the Network objects. */}}
+{{- define "nemo-rl-gke.interfaces" -}}
+{{- $ifs := list (dict "interfaceName" "eth0" "network" .Values.network.defaultNetwork) -}}
+{{- $ifs = append $ifs (dict "interfaceName" "eth1" "network" .Values.network.gvnic.name) -}}
+{{- range $i, $n := .Values.network.rdma -}}
+{{- $ifs = append $ifs (dict "interfaceName" (printf "eth%d" (add $i 2)) "network" $n.name) -}}
+{{- end -}}
+{{- toJson $ifs -}}
+{{- end -}}

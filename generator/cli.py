@@ -1,0 +1,112 @@
+"""Command line: `python -m generator --gpu b200|h200` and its subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import networks, releases
+from .profiles import ACCELERATORS
+from .values_io import InputError
+
+SUBCOMMANDS = ("generate", "validate", "render")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_nodes(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--nodes must be a whole number, got {text!r}") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--nodes must be between 1 and 64, got {n}")
+    return n
+
+
+def _add_generate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", required=True, choices=ACCELERATORS, help="accelerator profile of the GPU nodes")
+    p.add_argument("--nodes", type=_positive_nodes, default=2, help="GPU worker nodes (8 GPUs each), 1-64; default 2")
+    p.add_argument("-o", "--output", type=Path, help="values file to write; default values-<gpu>.yaml in the current folder")
+    p.add_argument("--name", default="", help="RayCluster/object name prefix (fullnameOverride); default: the Helm release name")
+    p.add_argument("--storage-claim", default="", help="use this existing ReadWriteMany PVC instead of a static Lustre volume")
+    p.add_argument("--network-prefix", default=networks.DEFAULT_PREFIX, help="prefix of the VPC and subnet names (same as for `infra`)")
+    p.add_argument(
+        "--provisioning",
+        default="spot",
+        choices=("spot", "on-demand", "flex-start", "reservation"),
+        help="how GPU nodes are obtained; default spot",
+    )
+    p.add_argument("--reservation", default="", help="reservation name (with --provisioning reservation)")
+    p.add_argument("--release", default=releases.DEFAULT_RELEASE, choices=tuple(releases.RELEASES), help="NeMo RL release")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file that differs")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .generate import generate
+
+    return generate(args)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .validate_cli import run
+
+    return run(args)
+
+
+def _render(args: argparse.Namespace) -> int:
+    from .render_cli import run
+
+    return run(args)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
+    parser = _Parser(
+        prog="python -m generator",
+        description="Write, check and render values files for the nemo-rl-gke Helm chart.",
+        epilog="Without a subcommand: generate (python -m generator --gpu h200).",
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    gen = sub.add_parser("generate", help="write a values file for one accelerator (the default)")
+    _add_generate_args(gen)
+
+    val = sub.add_parser("validate", help="check values files: schema, then the semantic rules")
+    val.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    val.add_argument("--format", choices=("text", "json"), default="text")
+    val.add_argument("--strict", action="store_true", help="fail on warnings too")
+
+    ren = sub.add_parser("render", help="render the chart with the pinned Helm and validate every object")
+    ren.add_argument("files", nargs="+", type=Path, metavar="VALUES")
+    ren.add_argument("--out", type=Path, required=True, help="folder for the rendered manifests")
+    ren.add_argument("--release", default="nemo-rl", help="Helm release name; default nemo-rl")
+    ren.add_argument("--helm", default=None, help="helm binary to use instead of the pinned Helm 4")
+
+    handlers = {"generate": _generate, "validate": _validate, "render": _render}
+    return parser, handlers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, handlers = build_parser()
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        argv = ["generate", *argv]
+    elif not argv:
+        parser.print_usage(sys.stderr)
+        print("python -m generator: error: give --gpu b200|h200 or a subcommand (see --help)", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    try:
+        return handlers[args.command](args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,74 @@
+"""`python -m generator --gpu ...`: build, check and write one values file."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from .schema import iter_errors
+from .values_builder import Options, build
+from .values_io import InputError, dump_values, write_atomic
+
+
+def header(argv: list[str]) -> str:
+    return (
+        "Values for the nemo-rl-gke chart, written by:\n"
+        f"  python -m generator {shlex.join(argv)}\n"
+        "Edit by hand or regenerate; check with: python -m generator validate FILE\n"
+        "Install with: helm install RELEASE charts/nemo-rl-gke -f FILE"
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    return Options(
+        gpu=args.gpu,
+        nodes=args.nodes,
+        name=args.name,
+        storage_claim=args.storage_claim,
+        network_prefix=args.network_prefix,
+        provisioning=args.provisioning,
+        reservation=args.reservation,
+        release=args.release,
+    )
+
+
+def canonical_argv(args: argparse.Namespace) -> list[str]:
+    """The generator options that shape the file (not -o/--force), for the header."""
+    argv = ["--gpu", args.gpu]
+    defaults = Options(gpu=args.gpu)
+    opts = options_from_args(args)
+    for flag, field in (
+        ("--nodes", "nodes"),
+        ("--name", "name"),
+        ("--storage-claim", "storage_claim"),
+        ("--network-prefix", "network_prefix"),
+        ("--provisioning", "provisioning"),
+        ("--reservation", "reservation"),
+        ("--release", "release"),
+    ):
+        value = getattr(opts, field)
+        if value != getattr(defaults, field):
+            argv += [flag, str(value)]
+    return argv
+
+
+def render_text(opts: Options, argv: list[str]) -> str:
+    try:
+        values = build(opts)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    problems = [f"{e.path}: {e.message}" for e in iter_errors(values)]
+    if problems:
+        raise InputError("the options give invalid values: " + "; ".join(problems))
+    return dump_values(values, header(argv))
+
+
+def generate(args: argparse.Namespace) -> int:
+    opts = options_from_args(args)
+    out: Path = args.output or Path(f"values-{opts.gpu}.yaml")
+    text = render_text(opts, canonical_argv(args))
+    outcome = write_atomic(out, text, force=args.force)
+    print(f"{out}: {outcome} ({opts.gpu}, {opts.nodes} GPU node(s))", file=sys.stderr)
+    return 0

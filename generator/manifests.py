@@ -1,0 +1,125 @@
+"""Validate rendered manifests without a cluster.
+
+- built-in kinds: kubernetes-validate (strict) for every supported Kubernetes version;
+- RayCluster/RayJob: both KubeRay CRD sets (an older operator must accept what we render);
+- GKE networking kinds: the project's own schemas of the documented fields.
+A kind with no schema is itself a finding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .crd_schema import json_schema, load_crd
+from .schema import ROOT, dotted
+
+# Kubernetes minor versions the chart supports: GKE's oldest for H200 RDMA (1.31) up to the
+# newest kubernetes-validate knows.
+KUBE_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+CRD_SETS: tuple[str, ...] = ("kuberay-v1.3.2", "kuberay-v1.7.0")
+OWN_SCHEMAS = ROOT / "schemas" / "gke-networking"
+
+
+def fixtures_dir(candidates: Sequence[str] | None = None) -> Path:
+    """The shared fixtures (KubeRay CRDs, NeMo RL configs): $NEMO_RL_GKE_FIXTURES, or the
+    `shared/fixtures` folder beside the checkout."""
+    if candidates is None:
+        candidates = [os.environ.get("NEMO_RL_GKE_FIXTURES", ""), str(ROOT.parent / "shared" / "fixtures"), "/work/shared/fixtures"]
+    for c in candidates:
+        if c and (Path(c) / "crds").is_dir():
+            return Path(c)
+    raise FileNotFoundError("KubeRay CRD fixtures not found: set NEMO_RL_GKE_FIXTURES to the folder holding crds/ and nemo-rl/")
+
+
+@dataclass(frozen=True)
+class Finding:
+    obj: str  # Kind/name
+    checker: str  # e.g. k8s-1.31, kuberay-v1.3.2, gke-networking
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.obj} [{self.checker}] {self.path}: {self.message}"
+
+
+def parse_documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def object_id(obj: dict[str, Any]) -> str:
+    return f"{obj.get('kind', '?')}/{obj.get('metadata', {}).get('name', '?')}"
+
+
+@cache
+def _crd_sources() -> dict[tuple[str, str, str], list[tuple[str, Path]]]:
+    """Which CRD file of each set declares each (group, version, kind)."""
+    out: dict[tuple[str, str, str], list[tuple[str, Path]]] = {}
+    base = fixtures_dir() / "crds"
+    for crd_set in CRD_SETS:
+        for path in sorted((base / crd_set).glob("*.yaml")):
+            for gvk in load_crd(path):
+                out.setdefault(gvk, []).append((crd_set, path))
+    return out
+
+
+@cache
+def _crd_validators(gvk: tuple[str, str, str]) -> list[tuple[str, Any]]:
+    from jsonschema import Draft202012Validator
+
+    return [(name, Draft202012Validator(json_schema(load_crd(path)[gvk]))) for name, path in _crd_sources().get(gvk, [])]
+
+
+@cache
+def _own_validators() -> dict[tuple[str, str, str], Any]:
+    from jsonschema import Draft202012Validator
+
+    out = {}
+    for path in sorted(OWN_SCHEMAS.glob("*.json")):
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        Draft202012Validator.check_schema(schema)
+        gvk = schema["x-kubernetes-group-version-kind"]
+        out[(gvk["group"], gvk["version"], gvk["kind"])] = Draft202012Validator(schema)
+    return out
+
+
+def _gvk(obj: dict[str, Any]) -> tuple[str, str, str]:
+    api = str(obj.get("apiVersion", ""))
+    group, _, version = api.rpartition("/")
+    return group, version, str(obj.get("kind", ""))
+
+
+def _schema_findings(obj: dict[str, Any], checker: str, validator: Any) -> Iterator[Finding]:
+    for e in validator.iter_errors(obj):
+        yield Finding(object_id(obj), checker, dotted(e.absolute_path), e.message.splitlines()[0][:300])
+
+
+def validate_object(obj: dict[str, Any], kube_versions: Iterable[str] = KUBE_VERSIONS) -> list[Finding]:
+    import kubernetes_validate
+
+    gvk = _gvk(obj)
+    if gvk in _crd_sources():
+        return [f for name, v in _crd_validators(gvk) for f in _schema_findings(obj, name, v)]
+    if gvk in _own_validators():
+        return list(_schema_findings(obj, "gke-networking", _own_validators()[gvk]))
+    findings = []
+    for version in kube_versions:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            return [Finding(object_id(obj), "schema", "(root)", f"no schema for {obj.get('apiVersion')} {obj.get('kind')}")]
+        except kubernetes_validate.ValidationError as e:
+            findings.append(Finding(object_id(obj), f"k8s-{version}", dotted(e.absolute_path), e.message.splitlines()[0][:300]))
+    return findings
+
+
+def validate_documents(objs: Iterable[dict[str, Any]], kube_versions: Iterable[str] = KUBE_VERSIONS) -> list[Finding]:
+    versions = tuple(kube_versions)
+    return [f for obj in objs for f in validate_object(obj, versions)]

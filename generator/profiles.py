@@ -1,0 +1,78 @@
+"""Accelerator profiles: the one table of per-GPU facts (machine, labels, NCCL tuner, sizes).
+
+Everything accelerator-dependent that the values file, `validate` and the infra script need
+comes from here; templates only read what the generator wrote into values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AcceleratorProfile:
+    key: str
+    display_name: str
+    machine_type: str
+    node_label: str
+    gpus_per_node: int
+    gpu_memory_gb: int
+    host_vcpus: int
+    host_memory_gib: int
+    local_ssd_gb: int
+    nccl_tuner_config_path: str
+    min_gke_version: str
+    rdma_nics: int
+    shm_size_gib: int
+
+
+PROFILES: dict[str, AcceleratorProfile] = {
+    "b200": AcceleratorProfile(
+        key="b200",
+        display_name="NVIDIA B200",
+        machine_type="a4-highgpu-8g",
+        node_label="nvidia-b200",
+        gpus_per_node=8,
+        gpu_memory_gb=180,
+        host_vcpus=224,
+        host_memory_gib=3968,
+        local_ssd_gb=12000,
+        nccl_tuner_config_path="/usr/local/gib/configs/tuner_config_a4.txtpb",
+        min_gke_version="1.32.4-gke.1236000",
+        rdma_nics=8,
+        shm_size_gib=240,
+    ),
+    "h200": AcceleratorProfile(
+        key="h200",
+        display_name="NVIDIA H200 141GB",
+        machine_type="a3-ultragpu-8g",
+        node_label="nvidia-h200-141gb",
+        gpus_per_node=8,
+        gpu_memory_gb=141,
+        host_vcpus=224,
+        host_memory_gib=2952,
+        local_ssd_gb=12000,
+        nccl_tuner_config_path="/usr/local/gib/configs/tuner_config_a3u.txtpb",
+        min_gke_version="1.31.7-gke.1265000",
+        rdma_nics=8,
+        shm_size_gib=240,
+    ),
+}
+
+ACCELERATORS: tuple[str, ...] = tuple(PROFILES)
+DEFAULT_ACCELERATOR = "h200"
+
+
+def profile(key: str) -> AcceleratorProfile:
+    try:
+        return PROFILES[key]
+    except KeyError:
+        choices = ", ".join(ACCELERATORS)
+        raise ValueError(f"unknown accelerator {key!r}: choose one of {choices}") from None
+
+
+def profile_for_machine_type(machine_type: str) -> AcceleratorProfile | None:
+    for p in PROFILES.values():
+        if p.machine_type == machine_type:
+            return p
+    return None

@@ -1,0 +1,39 @@
+"""NeMo RL releases the chart supports: image tag, Ray inside the image, entry point, data keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NemoRlRelease:
+    tag: str
+    ray_version: str
+    entrypoint: str
+    # "flat": data.dataset_name + data.train_data_path (v0.5.0); "nested": data.train.* (v0.6.0+)
+    data_layout: str
+    # v0.5.0/v0.6.0 reserve one CPU on every Ray node (head included) to build virtualenvs;
+    # a head with 0 Ray CPUs blocks that reservation forever (fixed in v0.7.0).
+    head_needs_cpu: bool
+    # v0.6.0+: with TP >= 4, train_micro_batch_size must equal logprob_batch_size.
+    tp_micro_logprob_rule: bool
+    # v0.7.0 aligns placement to NVLink segments unless cluster.segment_size is null.
+    has_segment_size: bool
+
+
+RELEASES: dict[str, NemoRlRelease] = {
+    "v0.5.0": NemoRlRelease("v0.5.0", "2.49.2", "examples/run_grpo_math.py", "flat", True, False, False),
+    "v0.6.0": NemoRlRelease("v0.6.0", "2.54.0", "examples/run_grpo.py", "nested", True, True, False),
+    "v0.7.0": NemoRlRelease("v0.7.0", "2.55.1", "examples/run_grpo.py", "nested", False, True, True),
+}
+
+DEFAULT_RELEASE = "v0.7.0"
+IMAGE_REPOSITORY = "nvcr.io/nvidia/nemo-rl"
+CODE_DIR = "/opt/nemo-rl"
+
+
+def release(tag: str) -> NemoRlRelease:
+    try:
+        return RELEASES[tag]
+    except KeyError:
+        raise ValueError(f"unknown NeMo RL release {tag!r}: choose one of {', '.join(RELEASES)}") from None

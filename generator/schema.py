@@ -1,0 +1,106 @@
+"""The values contract: load `schemas/values.schema.json` and check documents against it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_PATH = ROOT / "schemas" / "values.schema.json"
+CHART_DIR = ROOT / "charts" / "nemo-rl-gke"
+
+
+@cache
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+@cache
+def _validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    schema = load_schema()
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+@dataclass(frozen=True)
+class SchemaError:
+    path: str  # dotted key path, e.g. workerGroups[0].replicas
+    message: str
+
+
+def dotted(parts: Any) -> str:
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+    return out or "(root)"
+
+
+def _describe(error: Any) -> tuple[str, str]:
+    """A short path and a one-line message for a jsonschema error."""
+    path = list(error.absolute_path)
+    v = error.validator
+    if v == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        if extra:
+            allowed = ", ".join(sorted(error.schema.get("properties", {}))) or "none"
+            name = extra[0]
+            return dotted([*path, name]), f"unknown key {name!r} (allowed here: {allowed})"
+    if v == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        return dotted([*path, missing]), "required key is missing"
+    if v == "enum":
+        choices = ", ".join(map(str, error.validator_value))
+        return dotted(path), f"{error.instance!r} is not one of: {choices}"
+    if v == "type":
+        return dotted(path), f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+    if v == "pattern":
+        return dotted(path), f"{error.instance!r} does not match the required format {error.validator_value}"
+    if v == "not":
+        return dotted(path), f"{error.instance!r} is not allowed here"
+    message = error.message.splitlines()[0]
+    if len(message) > 200:
+        message = message[:200] + "..."
+    return dotted(path), message
+
+
+def iter_errors(document: Any) -> Iterator[SchemaError]:
+    errors = sorted(_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    for e in errors:
+        path, message = _describe(e)
+        yield SchemaError(path, message)
+
+
+def description(path: tuple[str | int, ...]) -> str | None:
+    """The schema description of the key at `path` (list indices as ints), or None."""
+    node: dict[str, Any] | None = load_schema()
+    for part in path:
+        if node is None:
+            return None
+        node = _resolve(node)
+        node = node.get("items") if isinstance(part, int) else node.get("properties", {}).get(part)
+    if node is None:
+        return None
+    return node.get("description") or _resolve(node).get("description")
+
+
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        ref = node["$ref"]
+        if not ref.startswith("#/"):
+            raise ValueError(f"only local $ref supported, got {ref}")
+        target: Any = load_schema()
+        for part in ref[2:].split("/"):
+            target = target[part]
+        merged = dict(target)
+        merged.update({k: v for k, v in node.items() if k != "$ref"})
+        node = merged
+    return node

@@ -1,0 +1,167 @@
+"""Reading and writing values files: safe loading, commented output, atomic writes."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .schema import description
+
+MAX_BYTES = 1 << 20  # a values file is a few KiB; refuse anything near a YAML bomb
+MAX_NODES = 100_000
+COMMENT_WIDTH = 96
+
+
+class InputError(Exception):
+    """Bad input from the user: reported as one line, exit status 2 (usage) or 1."""
+
+
+def _count_nodes(doc: Any, limit: int) -> int:
+    stack, seen = [doc], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > limit:
+            raise InputError(f"document has more than {limit} nodes (YAML alias expansion?)")
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return seen
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise InputError(f"{source}: larger than {MAX_BYTES // 1024} KiB; not a values file")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{source}: not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise InputError(f"{source}: YAML nested too deeply") from None
+    _count_nodes(doc, MAX_NODES)
+    return {} if doc is None else doc
+
+
+def load_values(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a values file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"{path}: larger than {MAX_BYTES // 1024} KiB; not a values file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+    return parse_yaml(text, str(path))
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+def _comment(text: str, indent: int) -> str:
+    width = max(40, COMMENT_WIDTH - indent)
+    return "\n".join(textwrap.wrap(text, width=width, break_long_words=False, break_on_hyphens=False))
+
+
+def _item_fields(path: tuple[str | int, ...], item: dict[str, Any]) -> str:
+    """One comment line per field of a list entry (comments inside entries would break the
+    `- key: value` layout)."""
+    parts = []
+    for key in item:
+        text = description((*path, 0, key))
+        if text:
+            parts.append(f"{key}: {text}")
+    return "\n".join(parts)
+
+
+def _commented(node: Any, path: tuple[str | int, ...], indent: int, with_comments: bool = True) -> Any:
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarstring import LiteralScalarString
+
+    if isinstance(node, dict):
+        cm = CommentedMap()
+        for key, value in node.items():
+            cm[key] = _commented(value, (*path, key), indent + 2, with_comments)
+            if not with_comments or "resources" in path:
+                continue
+            text = description((*path, key))
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                fields = _item_fields((*path, key), value[0])
+                text = f"{text}\nEach entry:\n{fields}" if text else fields
+            if text:
+                lines = [_comment(t, indent) for t in text.split("\n")]
+                cm.yaml_set_comment_before_after_key(key, before="\n".join(lines), indent=indent)
+        return cm
+    if isinstance(node, list):
+        seq = CommentedSeq()
+        for i, item in enumerate(node):
+            seq.append(_commented(item, (*path, i), indent + 2, with_comments=False))
+        return seq
+    if isinstance(node, str) and "\n" in node:
+        return LiteralScalarString(node)
+    return node
+
+
+def dump_values(values: dict[str, Any], header: str) -> str:
+    """YAML text of `values` with each key's schema description as a comment above it."""
+    from ruamel.yaml import YAML
+
+    y = YAML()
+    y.indent(mapping=2, sequence=4, offset=2)
+    y.width = 4096
+    doc = _commented(values, (), 0)
+    buf = io.StringIO()
+    y.dump(doc, buf)
+    lines = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    return lines + "\n" + buf.getvalue()
+
+
+def write_atomic(path: Path, text: str, force: bool) -> str:
+    """Write `text` to `path` atomically. Returns 'written' or 'unchanged'.
+
+    An existing file with other content is only replaced with force=True.
+    """
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; give a file name with -o")
+    if path.exists():
+        try:
+            current = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            current = None
+        if current == text:
+            return "unchanged"
+        if not force:
+            raise InputError(f"{path}: exists and differs; use --force to overwrite it or -o to write elsewhere")
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such directory")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return "written"

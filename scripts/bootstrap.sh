@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install everything the project needs, idempotently: a virtualenv with the pinned Python
+# dependencies, the project itself, and the two pinned Helm binaries (sha256-checked).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "error: Python >= 3.11 is required ($PYTHON is $("$PYTHON" -V 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+
+stamp=.venv/.requirements.sha256
+want="$(sha256sum requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "==> virtualenv .venv (pinned dependencies from requirements.lock)"
+  "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+  echo "$want" > "$stamp"
+else
+  echo "==> virtualenv .venv is up to date"
+fi
+
+echo "==> pinned Helm binaries"
+.venv/bin/python -m generator.install_helm

@@ -1,0 +1,127 @@
+"""Shared fixtures: the pinned Helm binaries, rendering with caching, generated values files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from generator import helm as helm_mod  # noqa: E402
+from generator.manifests import parse_documents  # noqa: E402
+from generator.values_builder import Options, build  # noqa: E402
+
+CHART = ROOT / "charts" / "nemo-rl-gke"
+CI_DIR = CHART / "ci"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    for pin in helm_mod.PINS:
+        lines.append(f"helm {pin.version}: {'installed' if pin.path.exists() else 'MISSING (run scripts/bootstrap.sh)'}")
+    return lines
+
+
+@pytest.fixture(scope="session")
+def helms() -> list[helm_mod.Helm]:
+    """Both pinned Helm majors; missing binaries fail the run (never a silent skip)."""
+    return helm_mod.all_pinned()
+
+
+@pytest.fixture(scope="session", params=[p.version for p in helm_mod.PINS])
+def helm(request: pytest.FixtureRequest) -> helm_mod.Helm:
+    pin = next(p for p in helm_mod.PINS if p.version == request.param)
+    return helm_mod.pinned(pin)
+
+
+_cache: dict[tuple[Any, ...], str] = {}
+
+
+def render_text(
+    helm: helm_mod.Helm,
+    values: Sequence[dict[str, Any] | Path] = (),
+    *,
+    release: str = "nemo-rl",
+    namespace: str = "default",
+    set_values: Sequence[str] = (),
+    tmp_dir: Path | None = None,
+) -> str:
+    files: list[Path] = []
+    key_parts: list[str] = []
+    base = tmp_dir or Path("/tmp/nemo-rl-gke-tests")
+    base.mkdir(parents=True, exist_ok=True)
+    for v in values:
+        if isinstance(v, Path):
+            files.append(v)
+            key_parts.append(v.read_text())
+        else:
+            text = json.dumps(v, sort_keys=True)
+            path = base / f"values-{abs(hash(text))}.yaml"
+            path.write_text(yaml.safe_dump(v, sort_keys=False))
+            files.append(path)
+            key_parts.append(text)
+    key = (helm.version, release, namespace, tuple(key_parts), tuple(set_values))
+    if key not in _cache:
+        _cache[key] = helm.template(files, release=release, namespace=namespace, set_values=set_values)
+    return _cache[key]
+
+
+def render(helm: helm_mod.Helm, values: Sequence[dict[str, Any] | Path] = (), **kw: Any) -> list[dict[str, Any]]:
+    return parse_documents(render_text(helm, values, **kw))
+
+
+@pytest.fixture(scope="session")
+def render_fn() -> Callable[..., list[dict[str, Any]]]:
+    return render
+
+
+def values_for(gpu: str = "h200", **opts: Any) -> dict[str, Any]:
+    return build(Options(gpu=gpu, **opts))
+
+
+def with_changes(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of `base` with dotted-path changes, e.g. {'network.mode': 'tcp'}."""
+    out = copy.deepcopy(base)
+    for dotted, value in changes.items():
+        node = out
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        last = parts[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return out
+
+
+def kinds(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o.get("kind") == kind]
+
+
+def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = kinds(objs, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def pod_specs(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, pod template) of every pod the objects would create."""
+    out = []
+    for o in objs:
+        if o["kind"] == "RayCluster":
+            out.append(("head", o["spec"]["headGroupSpec"]["template"]))
+            out += [(f"worker:{g['groupName']}", g["template"]) for g in o["spec"]["workerGroupSpecs"]]
+        elif o["kind"] == "Job":
+            out.append((f"job:{o['metadata']['name']}", o["spec"]["template"]))
+        elif o["kind"] == "Pod":
+            out.append((f"pod:{o['metadata']['name']}", {"metadata": o["metadata"], "spec": o["spec"]}))
+    return out

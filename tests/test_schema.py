@@ -1,0 +1,146 @@
+"""The one values contract: schemas/values.schema.json, enforced by Helm and Python alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CHART, render_text, values_for, with_changes
+from jsonschema import Draft202012Validator
+
+from generator import sync
+from generator.helm import HelmError
+from generator.schema import SCHEMA_PATH, iter_errors, load_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_chart_ships_an_identical_copy_of_the_schema():
+    assert (CHART / "values.schema.json").read_bytes() == SCHEMA_PATH.read_bytes()
+
+
+def test_derived_files_are_in_sync_with_their_sources():
+    stale = [str(p.relative_to(ROOT)) for p in sync.drifted()]
+    assert stale == [], f"run scripts/sync.sh: {stale}"
+
+
+def test_schema_is_valid_2020_12_and_self_contained():
+    schema = load_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(schema)
+    refs = [r for r in _walk_values(schema, "$ref")]
+    assert refs and all(r.startswith("#/") for r in refs)
+
+
+def _walk_values(node, key):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key:
+                yield v
+            yield from _walk_values(v, key)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk_values(v, key)
+
+
+def _properties(node, path=""):
+    if isinstance(node, dict):
+        for name, child in node.get("properties", {}).items():
+            yield f"{path}.{name}" if path else name, child
+            yield from _properties(child, f"{path}.{name}" if path else name)
+        for k in ("items", "additionalProperties"):
+            if isinstance(node.get(k), dict):
+                yield from _properties(node[k], f"{path}[]")
+        for name, child in node.get("$defs", {}).items():
+            yield from _properties(child, f"$defs.{name}")
+
+
+def test_every_key_has_a_description():
+    missing = [p for p, node in _properties(load_schema()) if "description" not in node]
+    assert missing == []
+
+
+def test_objects_users_type_into_reject_unknown_keys():
+    open_maps = {"global", "commonLabels", "serviceAccount.annotations", "nccl.extraEnv"}
+    loose = []
+    for path, raw in _properties(load_schema()):
+        node = raw if "$ref" not in raw else {**_resolve(raw["$ref"]), **raw}
+        if node.get("type") == "object" and "properties" in node and node.get("additionalProperties") is not False:
+            loose.append(path)
+    assert [p for p in loose if p not in open_maps] == []
+
+
+def _resolve(ref):
+    node = load_schema()
+    for part in ref[2:].split("/"):
+        node = node[part]
+    return node
+
+
+@pytest.mark.parametrize("gpu", ["b200", "h200"])
+@pytest.mark.parametrize("nodes", [1, 2, 8, 64])
+def test_generated_values_satisfy_the_schema(gpu, nodes):
+    assert list(iter_errors(values_for(gpu, nodes=nodes))) == []
+
+
+BAD = {
+    "sample-typo-values-prefix": ({"values": {"additionalWorkerGroups": {"worker-grp-0": {"replicas": 2}}}}, "values"),
+    "unknown-nested-key": (
+        {"workerGroups": [{"name": "gpu", "replicas": 2, "provisioning": "spot", "replica": 3}]},
+        "workerGroups[0].replica",
+    ),
+    "latest-tag": ({"image": {"repository": "nvcr.io/nvidia/nemo-rl", "tag": "latest"}}, "image.tag"),
+    "bad-accelerator": ({"accelerator": {**values_for()["accelerator"], "type": "a100"}}, "accelerator.type"),
+    "replicas-zero": ({"workerGroups": [{"name": "gpu", "replicas": 0, "provisioning": "spot"}]}, "workerGroups[0].replicas"),
+    "provisioning-enum": (
+        {"workerGroups": [{"name": "gpu", "replicas": 1, "provisioning": "preemptible"}]},
+        "workerGroups[0].provisioning",
+    ),
+    "replicas-string": ({"workerGroups": [{"name": "gpu", "replicas": "2", "provisioning": "spot"}]}, "workerGroups[0].replicas"),
+    "bad-ip": (
+        {"storage": {**values_for()["storage"], "lustre": {**values_for()["storage"]["lustre"], "ip": "10.0.0"}}},
+        "storage.lustre.ip",
+    ),
+    "relative-mount": ({"storage": {**values_for()["storage"], "mountPath": "data"}}, "storage.mountPath"),
+    "network-mode": ({"network": {**values_for()["network"], "mode": "infiniband"}}, "network.mode"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_python_rejects_bad_values_naming_the_key(case):
+    change, key = BAD[case]
+    doc = {**values_for(), **change}
+    errors = list(iter_errors(doc))
+    assert errors, case
+    assert any(e.path == key for e in errors), [f"{e.path}: {e.message}" for e in errors]
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_helm_rejects_the_same_bad_values(helm, case, tmp_path):
+    change, _ = BAD[case]
+    with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
+        render_text(helm, [change], tmp_dir=tmp_path)
+
+
+def test_sample_set_typo_fails_in_helm(helm):
+    with pytest.raises(HelmError, match="values"):
+        render_text(helm, set_values=["values.additionalWorkerGroups.worker-grp-0.replicas=2"])
+
+
+def test_unknown_top_level_key_message_lists_allowed_keys():
+    (e,) = [e for e in iter_errors({**values_for(), "workerGroup": []})]
+    assert e.path == "workerGroup"
+    assert "workerGroups" in e.message
+
+
+def test_schema_json_is_formatted_for_review():
+    # One source, kept readable: valid JSON and ends with a newline.
+    text = SCHEMA_PATH.read_text()
+    json.loads(text)
+    assert text.endswith("}\n")
+
+
+def test_a_valid_change_still_renders(helm):
+    v = with_changes(values_for(), {"nccl.debug": True})
+    assert "NCCL_DEBUG" in render_text(helm, [v])
