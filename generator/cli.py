@@ -7,11 +7,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import networks, releases
+from . import grpo, networks, releases
 from .profiles import ACCELERATORS
 from .values_io import InputError
 
-SUBCOMMANDS = ("generate", "validate", "render")
+SUBCOMMANDS = ("generate", "validate", "render", "infra")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,6 +31,19 @@ def _positive_nodes(text: str) -> int:
     return n
 
 
+def _count(flag: str, minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number, got {text!r}") from None
+        if not minimum <= n <= 1_000_000:
+            raise argparse.ArgumentTypeError(f"{flag} must be between {minimum} and 1000000, got {n}")
+        return n
+
+    return parse
+
+
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, choices=ACCELERATORS, help="accelerator profile of the GPU nodes")
     p.add_argument("--nodes", type=_positive_nodes, default=2, help="GPU worker nodes (8 GPUs each), 1-64; default 2")
@@ -46,6 +59,19 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--reservation", default="", help="reservation name (with --provisioning reservation)")
     p.add_argument("--release", default=releases.DEFAULT_RELEASE, choices=tuple(releases.RELEASES), help="NeMo RL release")
+    run = p.add_argument_group("the GRPO run")
+    run.add_argument(
+        "--model", default=grpo.DEFAULT_MODEL, choices=tuple(grpo.MODELS), help="model preset; default the tutorial's gemma3-27b"
+    )
+    run.add_argument(
+        "--generation-nodes", type=_count("--generation-nodes", 0), default=None, help="nodes dedicated to vLLM generation; 0 = colocated"
+    )
+    run.add_argument("--max-steps", type=_count("--max-steps", 1), default=None, help="total GRPO steps")
+    run.add_argument("--prompts-per-step", type=_count("--prompts-per-step", 1), default=None)
+    run.add_argument("--generations-per-prompt", type=_count("--generations-per-prompt", 1), default=None)
+    run.add_argument("--run-name", default=None, help="run name: checkpoint/log folder and W&B name")
+    run.add_argument("--wandb", action="store_true", help="log to Weights & Biases (needs WANDB_API_KEY in the Secret)")
+    run.add_argument("--secret", default=None, help="existing Secret with HF_TOKEN (and WANDB_API_KEY); default nemo-rl-tokens when needed")
     p.add_argument("--force", action="store_true", help="overwrite an existing file that differs")
 
 
@@ -63,6 +89,12 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from .render_cli import run
+
+    return run(args)
+
+
+def _infra(args: argparse.Namespace) -> int:
+    from .infra_cli import run
 
     return run(args)
 
@@ -88,7 +120,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     ren.add_argument("--release", default="nemo-rl", help="Helm release name; default nemo-rl")
     ren.add_argument("--helm", default=None, help="helm binary to use instead of the pinned Helm 4")
 
-    handlers = {"generate": _generate, "validate": _validate, "render": _render}
+    from .infra_cli import add_infra_args
+
+    inf = sub.add_parser("infra", help="write the cluster bring-up (or teardown) shell script")
+    add_infra_args(inf)
+
+    handlers = {"generate": _generate, "validate": _validate, "render": _render, "infra": _infra}
     return parser, handlers
 
 

@@ -31,6 +31,14 @@ def options_from_args(args: argparse.Namespace) -> Options:
         provisioning=args.provisioning,
         reservation=args.reservation,
         release=args.release,
+        model=args.model,
+        generation_nodes=args.generation_nodes,
+        max_steps=args.max_steps,
+        prompts_per_step=args.prompts_per_step,
+        generations_per_prompt=args.generations_per_prompt,
+        run_name=args.run_name,
+        wandb=args.wandb,
+        secret=args.secret,
     )
 
 
@@ -47,10 +55,19 @@ def canonical_argv(args: argparse.Namespace) -> list[str]:
         ("--provisioning", "provisioning"),
         ("--reservation", "reservation"),
         ("--release", "release"),
+        ("--model", "model"),
+        ("--generation-nodes", "generation_nodes"),
+        ("--max-steps", "max_steps"),
+        ("--prompts-per-step", "prompts_per_step"),
+        ("--generations-per-prompt", "generations_per_prompt"),
+        ("--run-name", "run_name"),
+        ("--secret", "secret"),
     ):
         value = getattr(opts, field)
         if value != getattr(defaults, field):
             argv += [flag, str(value)]
+    if opts.wandb:
+        argv.append("--wandb")
     return argv
 
 

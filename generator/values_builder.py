@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import networks, releases
+from . import grpo, networks, releases
 from .profiles import profile
 from .resources import worker_sizing
 
@@ -26,6 +26,14 @@ class Options:
     provisioning: str = "spot"
     reservation: str = ""
     release: str = releases.DEFAULT_RELEASE
+    model: str = grpo.DEFAULT_MODEL
+    generation_nodes: int | None = None
+    max_steps: int | None = None
+    prompts_per_step: int | None = None
+    generations_per_prompt: int | None = None
+    run_name: str | None = None
+    wandb: bool = False
+    secret: str | None = None  # None: nemo-rl-tokens when the model is gated or W&B is on
 
 
 def _quantity_gib(n: int) -> str:
@@ -81,12 +89,64 @@ def worker_group(name: str, replicas: int, provisioning: str, reservation: str) 
     }
 
 
+DEFAULT_SECRET = "nemo-rl-tokens"  # noqa: S105 - the name of a Secret, not a token
+MOUNT_PATH = "/data"
+
+
+def secrets_values(opts: Options) -> dict[str, Any]:
+    preset = grpo.MODELS.get(opts.model)
+    needs_hf = bool(preset and preset.gated)
+    name = opts.secret if opts.secret is not None else (DEFAULT_SECRET if needs_hf or opts.wandb else "")
+    return {
+        "existingSecret": name,
+        "hfTokenKey": "HF_TOKEN" if name else "",
+        "wandbApiKeyKey": "WANDB_API_KEY" if name and opts.wandb else "",
+    }
+
+
+def run_choices(opts: Options) -> grpo.RunChoices:
+    return grpo.RunChoices(
+        model=opts.model,
+        nodes=opts.nodes,
+        gpus_per_node=profile(opts.gpu).gpus_per_node,
+        generation_nodes=opts.generation_nodes,
+        max_steps=opts.max_steps,
+        prompts_per_step=opts.prompts_per_step,
+        generations_per_prompt=opts.generations_per_prompt,
+        run_name=opts.run_name,
+        wandb=opts.wandb,
+        mount_path=MOUNT_PATH,
+    )
+
+
+def launcher_values() -> dict[str, Any]:
+    return {
+        "follow": True,
+        "maxRestarts": 3,
+        "previousRuns": "wait",
+        "timeouts": {"prepareSeconds": 14400, "headSeconds": 3600, "gpusSeconds": 7200},
+        "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        "nodeSelector": {},
+        "tolerations": [],
+    }
+
+
+def prepare_values(rel: releases.NemoRlRelease) -> dict[str, Any]:
+    return {
+        "enabled": True,
+        "downloadModel": True,
+        "gsm8kJsonlDir": grpo.gsm8k_jsonl_dir(rel, MOUNT_PATH),
+        "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "32Gi"}},
+    }
+
+
 def build(opts: Options) -> dict[str, Any]:
     """The whole values document, in the order the chart's values.yaml presents it."""
     p = profile(opts.gpu)
     rel = releases.release(opts.release)
     if opts.provisioning not in PROVISIONING:
         raise ValueError(f"unknown provisioning {opts.provisioning!r}: choose one of {', '.join(PROVISIONING)}")
+    spec = grpo.build_spec(run_choices(opts), rel)
     return {
         "nameOverride": "",
         "fullnameOverride": opts.name,
@@ -99,7 +159,7 @@ def build(opts: Options) -> dict[str, Any]:
         "network": network_values(opts.network_prefix, p.rdma_nics),
         "nccl": {"debug": False, "extraEnv": {}},
         "storage": {
-            "mountPath": "/data",
+            "mountPath": MOUNT_PATH,
             "existingClaim": opts.storage_claim,
             "lustre": {
                 "volumeHandle": "PROJECT_ID/ZONE/nemo-rl-lustre",
@@ -107,9 +167,9 @@ def build(opts: Options) -> dict[str, Any]:
                 "filesystem": "lfs",
                 "capacity": "9000Gi",
             },
-            "hfHome": "/data/huggingface",
+            "hfHome": f"{MOUNT_PATH}/huggingface",
         },
-        "secrets": {"existingSecret": "", "hfTokenKey": "HF_TOKEN", "wandbApiKeyKey": "WANDB_API_KEY"},
+        "secrets": secrets_values(opts),
         "extraEnv": [],
         "head": {
             "resources": {
@@ -125,7 +185,10 @@ def build(opts: Options) -> dict[str, Any]:
         },
         "worker": worker_values(opts.gpu),
         "workerGroups": [worker_group("gpu", opts.nodes, opts.provisioning, opts.reservation)],
-        "kueue": {"queueName": ""},
+        "grpo": spec,
+        "launcher": launcher_values(),
+        "prepare": prepare_values(rel),
+        "kueue": {"enabled": False, "queueName": ""},
         "logging": {"fluentBit": fluent_bit_values()},
     }
 

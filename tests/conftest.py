@@ -23,6 +23,18 @@ CHART = ROOT / "charts" / "nemo-rl-gke"
 CI_DIR = CHART / "ci"
 
 
+def load_chart_program(name: str) -> Any:
+    """Import one of the chart's programs (files/<name>.py) as a module."""
+    import importlib.util
+
+    path = CHART / "files" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"chart_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     for pin in helm_mod.PINS:
@@ -111,6 +123,11 @@ def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = kinds(objs, kind)
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
+
+
+def ray_pod_specs(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, pod template) of the Ray head and every worker group."""
+    return [(n, t) for n, t in pod_specs(objs) if n == "head" or n.startswith("worker:")]
 
 
 def pod_specs(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

@@ -1,0 +1,530 @@
+#!/usr/bin/env python3
+"""Launch the NeMo RL GRPO run on the release's Ray cluster, once, and keep it going.
+
+    python launcher.py SPEC.json           submit (or find) the run; follow it if asked
+    python launcher.py --check SPEC.json   `helm test`: nodes, GPUs and RDMA interfaces
+
+Runs in the NeMo RL image (standard library + ray). SPEC.json is rendered by the chart:
+  address          Ray dashboard URL, e.g. http://nemo-rl-head-svc.default.svc.cluster.local:8265
+  submission_id    deterministic id derived from the run spec; attempt n > 1 is <id>-retry<n-1>
+  entrypoint       the NeMo RL command (holds no secret: tokens reach the driver through the
+                   head pod's environment, from a Kubernetes Secret)
+  expected_gpus    GPUs the cluster must report before submitting
+  ... and optional keys, see SPEC_KEYS.
+Exit status: 0 run running (or finished) as asked, 1 run failed or timed out, 2 bad spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shlex
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+ACTIVE = {"PENDING", "RUNNING"}
+MAX_SPEC_BYTES = 1 << 20
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+STEP_DIR = re.compile(r"^step_(\d+)$")
+INTERFACES_TAG = "NEMO_RL_GKE_INTERFACES "
+
+
+class SpecError(Exception):
+    """The spec file is missing, unreadable or malformed (exit 2)."""
+
+
+class LaunchFailed(Exception):
+    """A wait expired or the run failed (exit 1)."""
+
+
+@dataclass
+class Spec:
+    address: str
+    submission_id: str
+    entrypoint: str
+    expected_gpus: int
+    expected_nodes: int = 0
+    checkpoint_dir: str = ""
+    wait_for_files: list[str] = field(default_factory=list)
+    follow: bool = False
+    max_restarts: int = 0
+    previous_runs: str = "wait"
+    timeouts: dict[str, float] = field(default_factory=dict)
+    poll_interval_s: float = 10.0
+    metadata: dict[str, str] = field(default_factory=dict)
+    expected_interfaces: list[str] = field(default_factory=list)
+
+    def timeout(self, name: str, default: float) -> float:
+        return float(self.timeouts.get(name, default))
+
+
+# key -> (types, required)
+SPEC_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "address": ((str,), True),
+    "submission_id": ((str,), True),
+    "entrypoint": ((str,), True),
+    "expected_gpus": ((int,), True),
+    "expected_nodes": ((int,), False),
+    "checkpoint_dir": ((str,), False),
+    "wait_for_files": ((list,), False),
+    "follow": ((bool,), False),
+    "max_restarts": ((int,), False),
+    "previous_runs": ((str,), False),
+    "timeouts": ((dict,), False),
+    "poll_interval_s": ((int, float), False),
+    "metadata": ((dict,), False),
+    "expected_interfaces": ((list,), False),
+}
+TIMEOUT_KEYS = ("files_s", "head_s", "gpus_s", "previous_s", "running_s")
+
+
+def parse_spec(data: Any) -> Spec:
+    """Check every key and type; a bad spec is reported as one line naming the key."""
+    if not isinstance(data, dict):
+        raise SpecError("spec must be a JSON object")
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    if unknown:
+        raise SpecError(f"unknown key {unknown[0]!r} (allowed: {', '.join(SPEC_KEYS)})")
+    for key, (types, required) in SPEC_KEYS.items():
+        if key not in data:
+            if required:
+                raise SpecError(f"{key}: required key is missing")
+            continue
+        value = data[key]
+        if isinstance(value, bool) and bool not in types:
+            raise SpecError(f"{key}: expected {types[0].__name__}, got a boolean")
+        if not isinstance(value, types):
+            raise SpecError(f"{key}: expected {types[0].__name__}, got {type(value).__name__}")
+    if not re.match(r"^https?://[^\s/]+(:\d+)?/?$", data["address"]):
+        raise SpecError(f"address: {data['address']!r} is not an http(s)://host:port URL")
+    if not ID_PATTERN.match(data["submission_id"]):
+        raise SpecError("submission_id: use 1-100 letters, digits, '.', '_' or '-'")
+    entry = data["entrypoint"]
+    if not entry.strip() or "\n" in entry or len(entry) > 100_000:
+        raise SpecError("entrypoint: must be one non-empty line")
+    for key in ("expected_gpus", "expected_nodes", "max_restarts"):
+        if key in data and not 0 <= data[key] <= 100_000:
+            raise SpecError(f"{key}: {data[key]} is out of range 0-100000")
+    if data.get("previous_runs", "wait") not in ("wait", "stop"):
+        raise SpecError("previous_runs: must be 'wait' or 'stop'")
+    for key in ("wait_for_files", "expected_interfaces"):
+        items = data.get(key, [])
+        if not all(isinstance(i, str) and i and "\n" not in i for i in items):
+            raise SpecError(f"{key}: must be a list of non-empty strings")
+    for f in data.get("wait_for_files", []):
+        if not f.startswith("/"):
+            raise SpecError(f"wait_for_files: {f!r} is not an absolute path")
+    for k, v in data.get("timeouts", {}).items():
+        if k not in TIMEOUT_KEYS:
+            raise SpecError(f"timeouts.{k}: unknown (allowed: {', '.join(TIMEOUT_KEYS)})")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 10**7:
+            raise SpecError(f"timeouts.{k}: must be a number of seconds between 0 and 10000000")
+    poll = data.get("poll_interval_s", 10)
+    if not 0.01 <= poll <= 3600:
+        raise SpecError("poll_interval_s: must be between 0.01 and 3600")
+    meta = data.get("metadata", {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise SpecError("metadata: keys and values must be strings")
+    return Spec(**data)
+
+
+def load_spec(path: str) -> Spec:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise SpecError(f"{path}: not valid JSON: {e}") from None
+    return parse_spec(data)
+
+
+def log(message: str) -> None:
+    print(f"[launcher {time.strftime('%Y-%m-%dT%H:%M:%S')}] {message}", flush=True)
+
+
+def _wait(what: str, timeout: float, poll: float, probe: Any, hint: str) -> Any:
+    """Call probe() until it returns a truthy value; LaunchFailed after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_note = 0.0
+    while True:
+        result = probe()
+        if result:
+            return result
+        now = time.monotonic()
+        if now >= deadline:
+            raise LaunchFailed(f"timed out after {timeout:.0f}s waiting for {what}; {hint}")
+        if now - last_note >= 60:
+            log(f"waiting for {what} ...")
+            last_note = now
+        time.sleep(min(poll, max(0.0, deadline - now)))
+
+
+# --- cluster probes -------------------------------------------------------------------------
+
+
+def head_healthy(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{address.rstrip('/')}/api/gcs_healthz", timeout=5) as r:  # noqa: S310 - http(s) checked in parse_spec
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def alive_nodes(address: str) -> list[dict[str, Any]]:
+    from ray.util.state import list_nodes
+
+    nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], detail=True, raise_on_missing_output=False)
+    out = []
+    for n in nodes:
+        d = n if isinstance(n, dict) else n.__dict__
+        out.append({"node_id": d.get("node_id"), "is_head": bool(d.get("is_head_node")), "resources": d.get("resources_total") or {}})
+    return out
+
+
+def cluster_gpus(address: str) -> tuple[int, float]:
+    try:
+        nodes = alive_nodes(address)
+    except Exception as e:  # the head may restart: report and poll again
+        log(f"cannot list Ray nodes yet ({type(e).__name__}: {e})")
+        return 0, 0.0
+    return len(nodes), sum(float(n["resources"].get("GPU", 0)) for n in nodes)
+
+
+def latest_step(checkpoint_dir: str) -> int | None:
+    """The newest complete step_N folder (NeMo RL writes tmp_step_N first and renames it)."""
+    try:
+        names = os.listdir(checkpoint_dir)
+    except OSError:
+        return None
+    steps = [int(m.group(1)) for n in names if (m := STEP_DIR.match(n)) and os.path.isdir(os.path.join(checkpoint_dir, n))]
+    return max(steps) if steps else None
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+def attempt_id(base: str, n: int) -> str:
+    return base if n == 1 else f"{base}-retry{n - 1}"
+
+
+def attempt_number(base: str, submission_id: str | None) -> int | None:
+    if submission_id == base:
+        return 1
+    if submission_id and submission_id.startswith(f"{base}-retry"):
+        tail = submission_id[len(base) + len("-retry") :]
+        if tail.isdigit():
+            return int(tail) + 1
+    return None
+
+
+class Runs:
+    """The Ray Jobs API, with retries while the head is briefly unreachable."""
+
+    def __init__(self, spec: Spec) -> None:
+        from ray.job_submission import JobSubmissionClient
+
+        self.spec = spec
+        self.client = _retry(lambda: JobSubmissionClient(spec.address), spec)
+
+    def call(self, fn: Any) -> Any:
+        return _retry(fn, self.spec)
+
+    def attempts(self) -> list[tuple[int, Any]]:
+        jobs = self.call(self.client.list_jobs)
+        found = [(n, j) for j in jobs if (n := attempt_number(self.spec.submission_id, j.submission_id))]
+        return sorted(found, key=lambda t: t[0])
+
+    def others_active(self) -> list[Any]:
+        release = self.spec.metadata.get("nemo-rl-gke.release")
+        if not release:
+            return []
+        jobs = self.call(self.client.list_jobs)
+        return [
+            j
+            for j in jobs
+            if (j.metadata or {}).get("nemo-rl-gke.release") == release
+            and attempt_number(self.spec.submission_id, j.submission_id) is None
+            and str(j.status) in ACTIVE
+        ]
+
+    def status(self, job_id: str) -> str:
+        return str(self.call(lambda: self.client.get_job_status(job_id)))
+
+    def submit(self, n: int) -> str:
+        job_id = attempt_id(self.spec.submission_id, n)
+        try:
+            self.call(
+                lambda: self.client.submit_job(entrypoint=self.spec.entrypoint, submission_id=job_id, metadata=dict(self.spec.metadata))
+            )
+        except RuntimeError as e:
+            if "already exists" not in str(e):
+                raise
+            log(f"{job_id} was submitted meanwhile; following it")
+        return job_id
+
+
+def _retry(fn: Any, spec: Spec) -> Any:
+    deadline = time.monotonic() + spec.timeout("head_s", 3600)
+    while True:
+        try:
+            return fn()
+        except (ConnectionError, OSError) as e:
+            if time.monotonic() >= deadline:
+                raise LaunchFailed(f"Ray head at {spec.address} unreachable: {e}") from None
+            time.sleep(spec.poll_interval_s)
+        except Exception as e:
+            # requests' ConnectionError derives from OSError; anything else that mentions the
+            # connection is retried too, other errors propagate.
+            if "connect" not in str(e).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(spec.poll_interval_s)
+
+
+def follow_logs(runs: Runs, job_id: str) -> str:
+    """Stream the run's logs to stdout until it ends; the status is polled, the stream only
+    feeds output (it may drop and reconnect, and ends a few seconds after the run)."""
+    lock = threading.Lock()
+    printed = 0
+    done = threading.Event()
+
+    def emit(text: str, offset: int) -> None:
+        # Streams restart from the beginning after a reconnect: print each byte once.
+        nonlocal printed
+        with lock:
+            if offset + len(text) > printed:
+                sys.stdout.write(text[max(0, printed - offset) :])
+                sys.stdout.flush()
+                printed = offset + len(text)
+
+    async def tail() -> None:
+        seen = 0
+        async for chunk in runs.client.tail_job_logs(job_id):
+            emit(chunk, seen)
+            seen += len(chunk)
+
+    def pump() -> None:
+        while not done.is_set():
+            try:
+                asyncio.run(tail())
+            except Exception as e:  # a dropped websocket is normal on long runs
+                if not done.is_set():
+                    log(f"log stream dropped ({type(e).__name__}); reconnecting")
+            done.wait(runs.spec.poll_interval_s)
+
+    threading.Thread(target=pump, name="log-stream", daemon=True).start()
+    while (status := runs.status(job_id)) not in TERMINAL:
+        time.sleep(runs.spec.poll_interval_s)
+    done.set()
+    emit(runs.call(lambda: runs.client.get_job_logs(job_id)), 0)
+    return status
+
+
+def wait_until_started(runs: Runs, job_id: str) -> str:
+    timeout = runs.spec.timeout("running_s", 3600)
+    return _wait(
+        f"{job_id} to start",
+        timeout,
+        runs.spec.poll_interval_s,
+        lambda: s if (s := runs.status(job_id)) not in ("PENDING",) else None,
+        "the job stayed PENDING; check `ray job status` on the head",
+    )
+
+
+def wait_for_prerequisites(spec: Spec) -> None:
+    poll = spec.poll_interval_s
+    for path in spec.wait_for_files:
+        _wait(
+            f"{path} (written by the preparation Job)",
+            spec.timeout("files_s", 14400),
+            poll,
+            lambda p=path: os.path.exists(p),
+            "check the preparation Job's logs (kubectl logs job/<release>-prepare-...)",
+        )
+        log(f"preparation complete: {path}")
+    _wait(
+        f"the Ray head at {spec.address}",
+        spec.timeout("head_s", 3600),
+        poll,
+        lambda: head_healthy(spec.address),
+        "is the head pod Running? kubectl get pods -l ray.io/node-type=head",
+    )
+    log("Ray head is healthy")
+    wait_for_gpus(spec)
+
+
+def wait_for_gpus(spec: Spec) -> None:
+    def enough() -> tuple[int, float] | None:
+        nodes, gpus = cluster_gpus(spec.address)
+        return (nodes, gpus) if gpus >= spec.expected_gpus else None
+
+    try:
+        nodes, gpus = _wait(
+            f"{spec.expected_gpus} GPUs in the Ray cluster",
+            spec.timeout("gpus_s", 7200),
+            spec.poll_interval_s,
+            enough,
+            "GPU nodes may be unavailable (quota, Spot capacity, reservation) or the workers not Ready",
+        )
+    except LaunchFailed as e:
+        nodes, gpus = cluster_gpus(spec.address)
+        raise LaunchFailed(f"{e} (the cluster reports {gpus:g} GPUs on {nodes} nodes)") from None
+    log(f"cluster ready: {gpus:g} GPUs on {nodes} nodes")
+
+
+def settle_previous_runs(runs: Runs) -> None:
+    others = runs.others_active()
+    if not others:
+        return
+    ids = ", ".join(j.submission_id for j in others)
+    if runs.spec.previous_runs == "stop":
+        for j in others:
+            log(f"stopping the previous run {j.submission_id} (previous_runs: stop)")
+            runs.call(lambda j=j: runs.client.stop_job(j.submission_id))
+    else:
+        log(f"another run of this release is active ({ids}); waiting for it to end before submitting (previous_runs: wait)")
+    _wait(
+        f"previous run(s) {ids} to end",
+        runs.spec.timeout("previous_s", 10**7),
+        runs.spec.poll_interval_s,
+        lambda: not runs.others_active(),
+        "stop it with `ray job stop` or set launcher.previousRuns: stop",
+    )
+
+
+def launch(spec: Spec) -> int:
+    log(f"run {spec.submission_id}: {spec.entrypoint}")
+    wait_for_prerequisites(spec)
+    runs = Runs(spec)
+    settle_previous_runs(runs)
+    existing = runs.attempts()
+    n, status = (existing[-1][0], str(existing[-1][1].status)) if existing else (0, "")
+    if status:
+        log(f"found {attempt_id(spec.submission_id, n)} ({status}); the same run spec is never submitted twice")
+    while True:
+        if status in ACTIVE:
+            job_id = attempt_id(spec.submission_id, n)
+            if not spec.follow:
+                started = wait_until_started(runs, job_id)
+                if started in ("RUNNING", "SUCCEEDED"):
+                    log(f"{job_id} is {started}; exiting (launcher.follow is false)")
+                    return 0
+                status = started
+                continue
+            status = follow_logs(runs, job_id)
+            log(f"{job_id} ended: {status}")
+            continue
+        if status == "SUCCEEDED":
+            log(f"run {spec.submission_id} succeeded")
+            return 0
+        if status == "STOPPED":
+            log(f"{attempt_id(spec.submission_id, n)} was stopped by hand; not resubmitting")
+            return 1
+        if status == "FAILED":
+            if not spec.follow:
+                log(f"{attempt_id(spec.submission_id, n)} FAILED; see `ray job logs {attempt_id(spec.submission_id, n)}`")
+                return 1
+            if n >= 1 + spec.max_restarts:
+                log(f"{attempt_id(spec.submission_id, n)} FAILED and no restarts are left ({spec.max_restarts} allowed)")
+                return 1
+            log(f"{attempt_id(spec.submission_id, n)} FAILED; resubmitting (restart {n} of {spec.max_restarts})")
+            wait_for_gpus(spec)
+        # submit the next attempt
+        n += 1
+        step = latest_step(spec.checkpoint_dir) if spec.checkpoint_dir else None
+        where = f"resumes from step_{step} in {spec.checkpoint_dir}" if step is not None else "starts from step 0"
+        job_id = runs.submit(n)
+        log(f"attempt {n} submitted as {job_id}; {where}")
+        status = runs.status(job_id)
+        if status not in TERMINAL:
+            status = "PENDING"
+
+
+# --- helm test ------------------------------------------------------------------------------
+
+_PROBE = """
+import json, os, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init()
+@ray.remote(num_cpus=0)
+def nics():
+    return sorted(os.listdir('/sys/class/net'))
+out = {}
+for n in ray.nodes():
+    if n['Alive'] and n['Resources'].get('GPU', 0) > 0:
+        ref = nics.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n['NodeID'], soft=False)).remote()
+        out[n['NodeManagerAddress'] + '/' + n['NodeID'][:8]] = ray.get(ref, timeout=120)
+print('TAG' + json.dumps(out))
+""".replace("TAG", INTERFACES_TAG)
+
+
+def check(spec: Spec) -> int:
+    """Compare what the Ray head reports with what the values asked for."""
+    _wait(f"the Ray head at {spec.address}", spec.timeout("head_s", 600), spec.poll_interval_s, lambda: head_healthy(spec.address), "")
+    nodes = alive_nodes(spec.address)
+    gpus = sum(float(n["resources"].get("GPU", 0)) for n in nodes)
+    problems = []
+    if spec.expected_nodes and len(nodes) != spec.expected_nodes:
+        problems.append(f"{len(nodes)} Ray nodes alive, expected {spec.expected_nodes} (head + GPU workers)")
+    if gpus != spec.expected_gpus:
+        problems.append(f"{gpus:g} GPUs in the cluster, expected {spec.expected_gpus}")
+    print(f"nodes: {len(nodes)}, GPUs: {gpus:g}", flush=True)
+    if spec.expected_interfaces:
+        runs = Runs(spec)
+        job_id = f"{spec.submission_id[:60]}-check-{int(time.time())}"
+        runs.call(lambda: runs.client.submit_job(entrypoint=f"python -c {shlex.quote(_PROBE)}", submission_id=job_id))
+        status = _wait("the interface probe", 600, spec.poll_interval_s, lambda: s if (s := runs.status(job_id)) in TERMINAL else None, "")
+        logs = runs.call(lambda: runs.client.get_job_logs(job_id))
+        line = next((ln for ln in logs.splitlines() if ln.startswith(INTERFACES_TAG)), None)
+        if status != "SUCCEEDED" or line is None:
+            problems.append(f"interface probe {job_id} ended {status}: {logs.strip()[-500:]}")
+        else:
+            per_node = json.loads(line[len(INTERFACES_TAG) :])
+            if not per_node:
+                problems.append("no GPU worker answered the interface probe")
+            for node, names in sorted(per_node.items()):
+                missing = [i for i in spec.expected_interfaces if i not in names]
+                print(f"{node}: {' '.join(names)}", flush=True)
+                if missing:
+                    problems.append(f"GPU worker {node} lacks {', '.join(missing)} (RDMA NICs not attached?)")
+    for p in problems:
+        print(f"FAIL: {p}", flush=True)
+    if not problems:
+        print("ok: the Ray cluster matches the values", flush=True)
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Launch or check the NeMo RL run of a nemo-rl-gke release.")
+    parser.add_argument("spec", help="the JSON spec rendered by the chart")
+    parser.add_argument("--check", action="store_true", help="check the cluster against the spec (helm test)")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        return check(spec) if args.check else launch(spec)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except LaunchFailed as e:
+        log(f"FAILED: {e}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

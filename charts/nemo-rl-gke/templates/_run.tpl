@@ -1,0 +1,103 @@
+{{/* ---------------------------------------------------------------------------------
+The GRPO run: command, identity and the JSON files the launcher and preparation Jobs read.
+--------------------------------------------------------------------------------- */}}
+
+{{/* The value of one `key=value` in grpo.overrides/extraOverrides ("" when absent). */}}
+{{- define "nemo-rl-gke.overrideOf" -}}
+{{- $prefix := printf "%s=" .key -}}
+{{- range concat .ctx.Values.grpo.overrides (.ctx.Values.grpo.extraOverrides | default list) -}}
+{{- if hasPrefix $prefix . }}{{ trimPrefix $prefix . }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Ray job entrypoint (a shell command). Every argument is single-quoted; the schema keeps
+quotes, spaces and backslashes out of overrides. */}}
+{{- define "nemo-rl-gke.grpoEntrypoint" -}}
+cd {{ .Values.grpo.codeDir | default "/opt/nemo-rl" }} && uv run python {{ .Values.grpo.entrypoint }} --config {{ squote .Values.grpo.recipe }}
+{{- range concat .Values.grpo.overrides (.Values.grpo.extraOverrides | default list) }} {{ squote . }}{{ end }}
+{{- end -}}
+
+{{/* Identity of the run: a hash of what defines it (command and image). The same spec always
+gives the same Job name and Ray submission id, so an upgrade that keeps the spec submits nothing
+and one that changes it starts a new launcher. */}}
+{{- define "nemo-rl-gke.runHash" -}}
+{{- dict "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .) "image" (include "nemo-rl-gke.image" .) | toJson | sha256sum | trunc 10 -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.submissionId" -}}
+{{- printf "%s-%s" (include "nemo-rl-gke.fullname" . | trunc 40 | trimSuffix "-") (include "nemo-rl-gke.runHash" .) -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.workerNodes" -}}
+{{- $n := 0 -}}
+{{- range .Values.workerGroups }}{{ $n = add $n .replicas }}{{ end -}}
+{{- $n -}}
+{{- end -}}
+
+{{/* What the preparation Job fetches; its hash names the Job and the marker file. */}}
+{{- define "nemo-rl-gke.prepareSpec" -}}
+{{- $model := "" -}}
+{{- if .Values.prepare.downloadModel }}{{ $model = include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "policy.model_name") }}{{ end -}}
+{{- $spec := dict "hf_home" .Values.storage.hfHome "model" $model "gsm8k_jsonl_dir" (.Values.prepare.gsm8kJsonlDir | default "") "image" (include "nemo-rl-gke.image" .) -}}
+{{- $hash := $spec | toJson | sha256sum | trunc 10 -}}
+{{- $_ := set $spec "marker" (printf "%s/nemo-rl/.prepared/%s.json" (trimSuffix "/" .Values.storage.mountPath) $hash) -}}
+{{- $_ := set $spec "hash" $hash -}}
+{{- toJson $spec -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.launchSpec" -}}
+{{- $fullname := include "nemo-rl-gke.fullname" . -}}
+{{- $nodes := include "nemo-rl-gke.workerNodes" . | int -}}
+{{- $waitFor := list -}}
+{{- if .Values.prepare.enabled }}{{ $waitFor = append $waitFor (include "nemo-rl-gke.prepareSpec" . | fromJson).marker }}{{ end -}}
+{{- $t := .Values.launcher.timeouts | default dict -}}
+{{- $spec := dict
+    "address" (printf "http://%s-head-svc.%s.svc.cluster.local:8265" $fullname .Release.Namespace)
+    "submission_id" (include "nemo-rl-gke.submissionId" .)
+    "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .)
+    "expected_gpus" (mul $nodes .Values.accelerator.gpusPerNode)
+    "expected_nodes" (add $nodes 1)
+    "checkpoint_dir" (include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "checkpointing.checkpoint_dir"))
+    "wait_for_files" $waitFor
+    "follow" .Values.launcher.follow
+    "max_restarts" .Values.launcher.maxRestarts
+    "previous_runs" .Values.launcher.previousRuns
+    "timeouts" (dict "files_s" ($t.prepareSeconds | default 14400) "head_s" ($t.headSeconds | default 3600) "gpus_s" ($t.gpusSeconds | default 7200))
+    "metadata" (dict "nemo-rl-gke.release" $fullname "nemo-rl-gke.run" .Values.grpo.runName)
+-}}
+{{- if eq .Values.network.mode "rdma" -}}
+{{- $ifs := list -}}
+{{- range $i := until (add 2 (len .Values.network.rdma) | int) }}{{ $ifs = append $ifs (printf "eth%d" $i) }}{{ end -}}
+{{- $_ := set $spec "expected_interfaces" $ifs -}}
+{{- end -}}
+{{- toJson $spec -}}
+{{- end -}}
+
+{{/* Pod settings shared by the launcher, preparation and test pods: they need no Kubernetes
+API token, no privileges, and run on CPU nodes. */}}
+{{- define "nemo-rl-gke.jobPodSecurity" -}}
+serviceAccountName: {{ include "nemo-rl-gke.serviceAccountName" . }}
+automountServiceAccountToken: false
+securityContext:
+  seccompProfile:
+    type: RuntimeDefault
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.launcher.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.launcher.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "nemo-rl-gke.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop: ["ALL"]
+{{- end -}}

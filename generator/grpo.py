@@ -1,0 +1,238 @@
+"""The GRPO run spec: which NeMo RL recipe, and the overrides that shape it for the cluster.
+
+The values file carries the run in NeMo RL's own command-line vocabulary: `grpo.overrides` is a
+list of `key=value` (keys that exist in the recipe's merged config) and `+key=value` (new keys).
+A list, not a map: Helm merges maps with the chart's defaults, so a user's file could never drop
+a default key; lists are replaced whole. This module decides the list from a few choices (model,
+nodes, generation placement, release); the chart only quotes it into the command, and
+`validate` checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .releases import CODE_DIR, NemoRlRelease
+
+RUNS_DIR = "nemo-rl"  # under the shared mount: <mount>/nemo-rl/<run>/{checkpoints,logs}
+GSM8K_DIR = "nemo-rl/datasets/gsm8k"
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Figures of a NeMo RL recipe the generator builds on (read from the release configs)."""
+
+    key: str
+    model: str
+    recipe: str  # relative to the NeMo RL code dir (/opt/nemo-rl)
+    gated: bool  # needs HF_TOKEN
+    train_tp: int
+    vllm_tp: int
+    train_global_batch_size: int
+    train_micro_batch_size: int
+    prompts_per_step: int
+    generations_per_prompt: int
+    max_steps: int
+    default_generation_fraction: float  # share of nodes for dedicated generation (0: colocated)
+
+
+MODELS: dict[str, ModelPreset] = {
+    # The tutorial's run: Gemma 3 27B, TP 8, 16 prompts x 64 generations, 300 steps.
+    "gemma3-27b": ModelPreset(
+        key="gemma3-27b",
+        model="google/gemma-3-27b-it",
+        recipe="examples/configs/recipes/llm/grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml",
+        gated=True,
+        train_tp=8,
+        vllm_tp=8,
+        train_global_batch_size=512,
+        train_micro_batch_size=1,
+        prompts_per_step=16,
+        generations_per_prompt=64,
+        max_steps=300,
+        default_generation_fraction=0.5,
+    ),
+    "llama3.2-1b": ModelPreset(
+        key="llama3.2-1b",
+        model="meta-llama/Llama-3.2-1B-Instruct",
+        recipe="examples/configs/recipes/llm/grpo-llama3.2-1b-instruct-1n8g-fsdp2tp1.v3.yaml",
+        gated=True,
+        train_tp=1,
+        vllm_tp=1,
+        train_global_batch_size=512,
+        train_micro_batch_size=4,
+        prompts_per_step=32,
+        generations_per_prompt=16,
+        max_steps=20,
+        default_generation_fraction=0.0,
+    ),
+    # Ungated: the quick start needs no Hugging Face token.
+    "qwen2.5-1.5b": ModelPreset(
+        key="qwen2.5-1.5b",
+        model="Qwen/Qwen2.5-1.5B",
+        recipe="examples/configs/grpo_math_1B.yaml",
+        gated=False,
+        train_tp=1,
+        vllm_tp=1,
+        train_global_batch_size=512,
+        train_micro_batch_size=4,
+        prompts_per_step=32,
+        generations_per_prompt=16,
+        max_steps=20,
+        default_generation_fraction=0.0,
+    ),
+}
+DEFAULT_MODEL = "gemma3-27b"
+
+# vLLM's share of GPU memory: most of it on dedicated generation GPUs (the tutorial's 0.9), the
+# recipes' 0.6 when generation shares the GPUs with training.
+VLLM_MEMORY_DEDICATED = 0.9
+VLLM_MEMORY_COLOCATED = 0.6
+
+# Model families whose Hugging Face repositories are gated (need an accepted licence + token).
+GATED_PREFIXES = ("google/gemma", "meta-llama/", "mistralai/")
+
+
+def is_gated(model: str) -> bool:
+    return model.startswith(GATED_PREFIXES)
+
+
+class SpecError(ValueError):
+    """A combination of choices that NeMo RL would reject at start-up."""
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    model: str = DEFAULT_MODEL
+    nodes: int = 2
+    gpus_per_node: int = 8
+    generation_nodes: int | None = None  # None: the model's default; 0: colocated
+    max_steps: int | None = None
+    prompts_per_step: int | None = None
+    generations_per_prompt: int | None = None
+    run_name: str | None = None
+    wandb: bool = False
+    mount_path: str = "/data"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def generation_nodes(choices: RunChoices, preset: ModelPreset) -> int:
+    if choices.generation_nodes is not None:
+        return choices.generation_nodes
+    if choices.nodes < 2 or preset.default_generation_fraction == 0:
+        return 0
+    return max(1, int(choices.nodes * preset.default_generation_fraction))
+
+
+def _batch(samples: int, dp: int, preset: ModelPreset) -> int:
+    """The largest global batch <= the recipe's that divides the samples per step and splits
+    evenly into data-parallel ranks of whole micro-batches."""
+    for gbs in range(min(samples, preset.train_global_batch_size), 0, -1):
+        if samples % gbs == 0 and gbs % dp == 0 and (gbs // dp) % preset.train_micro_batch_size == 0:
+            return gbs
+    raise SpecError(
+        f"{samples} samples per step cannot be split into {dp} data-parallel ranks of "
+        f"micro-batch {preset.train_micro_batch_size}; change --prompts-per-step or the node split"
+    )
+
+
+def run_name(choices: RunChoices, preset: ModelPreset) -> str:
+    return choices.run_name or f"{preset.key}-gsm8k"
+
+
+def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
+    """The `grpo` section of the values file."""
+    try:
+        preset = MODELS[choices.model]
+    except KeyError:
+        raise SpecError(f"unknown model {choices.model!r}: choose one of {', '.join(MODELS)}") from None
+    gen_nodes = generation_nodes(choices, preset)
+    gpn = choices.gpus_per_node
+    if gen_nodes and gen_nodes >= choices.nodes:
+        raise SpecError(f"--generation-nodes {gen_nodes} leaves no node for training out of {choices.nodes}")
+    if gen_nodes < 0:
+        raise SpecError("--generation-nodes must be >= 0")
+    train_gpus = (choices.nodes - gen_nodes) * gpn
+    if gpn % preset.train_tp or train_gpus % preset.train_tp:
+        raise SpecError(f"training tensor parallel {preset.train_tp} does not divide {train_gpus} training GPUs")
+    dp = train_gpus // preset.train_tp
+    prompts = choices.prompts_per_step or preset.prompts_per_step
+    generations = choices.generations_per_prompt or preset.generations_per_prompt
+    gbs = _batch(prompts * generations, dp, preset)
+    micro = preset.train_micro_batch_size
+    name = run_name(choices, preset)
+    run_dir = f"{choices.mount_path.rstrip('/')}/{RUNS_DIR}/{name}"
+
+    o: dict[str, Any] = {
+        "cluster.num_nodes": choices.nodes,
+        "cluster.gpus_per_node": gpn,
+    }
+    if rel.has_segment_size:
+        o["cluster.segment_size"] = None  # no NVLink-domain alignment on KubeRay
+    o |= {
+        "grpo.max_num_steps": choices.max_steps or preset.max_steps,
+        "grpo.num_prompts_per_step": prompts,
+        "grpo.num_generations_per_prompt": generations,
+        "policy.model_name": preset.model,
+        "policy.tokenizer.name": preset.model,
+        "policy.train_global_batch_size": gbs,
+        "policy.train_micro_batch_size": micro,
+        # v0.6.0+ refuses TP >= 4 unless micro == logprob batch; equal is always safe.
+        "policy.logprob_batch_size": micro,
+        "policy.dtensor_cfg.tensor_parallel_size": preset.train_tp,
+        "policy.make_sequence_length_divisible_by": preset.train_tp,
+        "policy.generation.vllm_cfg.tensor_parallel_size": preset.vllm_tp,
+        "policy.generation.vllm_cfg.gpu_memory_utilization": VLLM_MEMORY_DEDICATED if gen_nodes else VLLM_MEMORY_COLOCATED,
+        "policy.generation.colocated.enabled": gen_nodes == 0,
+    }
+    if gen_nodes:
+        o["policy.generation.colocated.resources.num_nodes"] = gen_nodes
+        o["policy.generation.colocated.resources.gpus_per_node"] = gpn
+    o |= {
+        "checkpointing.checkpoint_dir": f"{run_dir}/checkpoints",
+        "logger.log_dir": f"{run_dir}/logs",
+        "logger.tensorboard_enabled": True,
+        "logger.wandb_enabled": choices.wandb,
+        "logger.wandb.name": name,
+    }
+    additions: dict[str, Any] = {}
+    if choices.wandb:
+        # One W&B run across restarts and resubmissions.
+        additions |= {"logger.wandb.id": name, "logger.wandb.resume": "allow"}
+    if rel.data_layout == "flat":
+        gsm8k = f"{choices.mount_path.rstrip('/')}/{GSM8K_DIR}"
+        o["data.dataset_name"] = "ResponseDataset"
+        additions |= {"data.train_data_path": f"{gsm8k}/train.jsonl", "data.val_data_path": f"{gsm8k}/test.jsonl"}
+    else:
+        o["data.train.dataset_name"] = "gsm8k"
+        additions |= {"data.validation.dataset_name": "gsm8k", "data.validation.split": "test"}
+    o |= choices.extra
+    return {
+        "enabled": True,
+        "runName": name,
+        "codeDir": CODE_DIR,
+        "entrypoint": rel.entrypoint,
+        "recipe": preset.recipe,
+        "overrides": [format_override("", k, v) for k, v in sorted(o.items())]
+        + [format_override("+", k, v) for k, v in sorted(additions.items())],
+        "extraOverrides": [],
+    }
+
+
+def format_value(value: Any) -> str:
+    """A value as NeMo RL's override parser reads it back (true/false/null, numbers, strings)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def format_override(prefix: str, key: str, value: Any) -> str:
+    return f"{prefix}{key}={format_value(value)}"
+
+
+def gsm8k_jsonl_dir(rel: NemoRlRelease, mount_path: str) -> str:
+    """Where the preparation Job writes GSM8K as JSONL (v0.5.0 only; later releases have it built in)."""
+    return f"{mount_path.rstrip('/')}/{GSM8K_DIR}" if rel.data_layout == "flat" else ""

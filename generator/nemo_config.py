@@ -1,0 +1,129 @@
+"""NeMo RL recipe configs: merge a recipe's `defaults:` chain and apply command-line overrides
+with NeMo RL's rules, so a wrong key or a wrong `+` is caught before a GPU is paid for.
+
+Rules (Hydra's override grammar, as NeMo RL applies it):
+  key=value    the key must exist in the merged config;
+  +key=value   the key must not exist yet (or be null); missing parents are created;
+  ++key=value  sets the key whether or not it exists.
+Values: true/false (any case) are booleans, null is None, numbers are numbers, else strings.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_INT = re.compile(r"^[+-]?\d+$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+
+
+class OverrideError(ValueError):
+    pass
+
+
+def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in child.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def load_recipe(path: Path) -> dict[str, Any]:
+    """The recipe merged over its `defaults:` chain (paths relative to each file)."""
+    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader) or {}  # noqa: S506 - a safe loader
+    parents = doc.pop("defaults", None)
+    merged: dict[str, Any] = {}
+    for parent in [parents] if isinstance(parents, str) else parents or []:
+        merged = _merge(merged, load_recipe((path.parent / parent).resolve()))
+    return _merge(merged, doc)
+
+
+def parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "null":
+        return None
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    return text
+
+
+@dataclass(frozen=True)
+class Override:
+    prefix: str  # "", "+" or "++"
+    key: str
+    value: Any
+
+    @classmethod
+    def parse(cls, arg: str) -> Override:
+        m = re.match(r"^(\+{0,2})([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.*)$", arg)
+        if not m:
+            raise OverrideError(f"{arg!r} is not an override of the form [+|++]key=value")
+        return cls(m.group(1), m.group(2), parse_value(m.group(3)))
+
+
+_MISSING = object()
+
+
+def _lookup(config: dict[str, Any], key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def apply_override(config: dict[str, Any], ov: Override) -> None:
+    current = _lookup(config, ov.key)
+    if ov.prefix == "" and current is _MISSING:
+        raise OverrideError(f"{ov.key}={ov.value}: key not in the recipe's config; add it with '+{ov.key}=...'")
+    if ov.prefix == "+" and current is not _MISSING and current is not None:
+        raise OverrideError(f"+{ov.key}: key already in the recipe's config; override it without '+'")
+    node = config
+    parts = ov.key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = ov.value
+
+
+def apply_overrides(config: dict[str, Any], args: list[str]) -> dict[str, Any]:
+    out = copy.deepcopy(config)
+    for arg in args:
+        apply_override(out, Override.parse(arg))
+    return out
+
+
+@dataclass(frozen=True)
+class Command:
+    script: str
+    recipe: str
+    overrides: list[str]
+
+
+def parse_entrypoint(entrypoint: str) -> Command:
+    """Split the chart's `cd DIR && uv run python SCRIPT --config RECIPE overrides...`."""
+    words = shlex.split(entrypoint)
+    try:
+        i = words.index("python")
+        script = words[i + 1]
+        if words[i + 2] != "--config":
+            raise OverrideError("expected --config after the script")
+        return Command(script, words[i + 3], words[i + 4 :])
+    except (ValueError, IndexError):
+        raise OverrideError(f"not a NeMo RL command: {entrypoint[:120]!r}") from None

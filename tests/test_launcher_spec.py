@@ -1,0 +1,97 @@
+"""The launcher's spec parser and small helpers (no Ray needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import load_chart_program
+
+launcher = load_chart_program("launcher")
+
+GOOD = {
+    "address": "http://head-svc.ns.svc.cluster.local:8265",
+    "submission_id": "nemo-rl-0123456789",
+    "entrypoint": "python x.py",
+    "expected_gpus": 16,
+}
+
+
+def test_minimal_spec_parses_with_defaults():
+    s = launcher.parse_spec(GOOD)
+    assert s.follow is False and s.max_restarts == 0 and s.previous_runs == "wait"
+    assert s.timeout("gpus_s", 7) == 7
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"entrypoint": None}, "entrypoint: expected str"),
+        ({"expected_gpus": "16"}, "expected_gpus: expected int"),
+        ({"expected_gpus": True}, "expected_gpus: expected int, got a boolean"),
+        ({"follow": "yes"}, "follow: expected bool"),
+        ({"address": "head:8265"}, "address:"),
+        ({"address": "http://head:8265; rm -rf /"}, "address:"),
+        ({"submission_id": "a b"}, "submission_id:"),
+        ({"submission_id": "x" * 101}, "submission_id:"),
+        ({"entrypoint": "python a.py\nrm -rf /"}, "entrypoint: must be one non-empty line"),
+        ({"expected_gpus": 10**9}, "out of range"),
+        ({"previous_runs": "kill"}, "previous_runs"),
+        ({"timeouts": {"gpus": 3}}, "timeouts.gpus: unknown"),
+        ({"timeouts": {"gpus_s": -1}}, "timeouts.gpus_s"),
+        ({"wait_for_files": ["relative/marker"]}, "not an absolute path"),
+        ({"metadata": {"a": 1}}, "metadata"),
+        ({"token": "hf_abc"}, "unknown key 'token'"),
+        ({"poll_interval_s": 0}, "poll_interval_s"),
+    ],
+)
+def test_bad_specs_name_the_key(change, message):
+    data = {**GOOD, **change}
+    if change.get("entrypoint", 1) is None:
+        del data["entrypoint"]
+        message = "entrypoint: required key is missing"
+    with pytest.raises(launcher.SpecError, match=message):
+        launcher.parse_spec(data)
+
+
+@pytest.mark.parametrize("text", ["", "[]", "{", '"x"', "\xff", "[" * 100000])
+def test_unreadable_spec_files_exit_2_without_traceback(tmp_path, capsys, text):
+    path = tmp_path / "s.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff" else b"\xff")
+    assert launcher.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "Traceback" not in err
+
+
+def test_missing_spec_file(capsys):
+    assert launcher.main(["/nonexistent/spec.json"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_attempt_ids_round_trip():
+    base = "nemo-rl-0123456789"
+    assert [launcher.attempt_id(base, n) for n in (1, 2, 3)] == [base, f"{base}-retry1", f"{base}-retry2"]
+    assert [launcher.attempt_number(base, launcher.attempt_id(base, n)) for n in (1, 2, 11)] == [1, 2, 11]
+    assert launcher.attempt_number(base, f"{base}-check-17") is None
+    assert launcher.attempt_number(base, "other") is None
+    assert launcher.attempt_number(base, None) is None
+
+
+def test_latest_step_ignores_partial_and_stray_entries(tmp_path):
+    assert launcher.latest_step(str(tmp_path / "missing")) is None
+    for name in ("step_10", "step_2", "tmp_step_30", "step_x"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "step_99").write_text("a file, not a checkpoint")
+    assert launcher.latest_step(str(tmp_path)) == 10
+
+
+def test_spec_rendered_by_the_chart_parses(helms):
+    from conftest import kinds, render
+
+    objs = render(helms[0])
+    cm = next(c for c in kinds(objs, "ConfigMap") if "launch.json" in c["data"])
+    s = launcher.parse_spec(json.loads(cm["data"]["launch.json"]))
+    assert s.follow is True and s.max_restarts == 3 and s.expected_gpus == 16 and s.expected_nodes == 3
+    assert s.expected_interfaces == [f"eth{i}" for i in range(10)]
+    assert s.checkpoint_dir == "/data/nemo-rl/gemma3-27b-gsm8k/checkpoints"
+    assert s.wait_for_files[0].startswith("/data/nemo-rl/.prepared/")

@@ -1,0 +1,134 @@
+"""The rendered launcher and preparation Jobs, their ConfigMap and the `helm test` Pod."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import kinds, one, pod_specs, render, values_for, with_changes
+
+
+def jobs(objs):
+    return {j["metadata"]["labels"]["app.kubernetes.io/component"]: j for j in kinds(objs, "Job")}
+
+
+def launch_json(objs):
+    cm = next(c for c in kinds(objs, "ConfigMap") if "launch.json" in c["data"])
+    return json.loads(cm["data"]["launch.json"])
+
+
+def test_launcher_job_is_named_by_the_run_spec_not_a_hook(helm):
+    objs = render(helm)
+    job = jobs(objs)["launcher"]
+    spec = launch_json(objs)
+    run_hash = spec["submission_id"].rsplit("-", 1)[1]
+    assert job["metadata"]["name"] == f"nemo-rl-run-{run_hash}"
+    assert job["metadata"]["annotations"]["nemo-rl-gke/submission-id"] == spec["submission_id"]
+    assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
+
+
+def test_same_spec_same_names_changed_spec_new_names(helm):
+    base = values_for()
+    a, b = launch_json(render(helm, [base])), launch_json(render(helm, [base]))
+    assert a["submission_id"] == b["submission_id"]
+    steps = [o if not o.startswith("grpo.max_num_steps=") else "grpo.max_num_steps=500" for o in base["grpo"]["overrides"]]
+    changed = render(helm, [with_changes(base, {"grpo.overrides": steps})])
+    assert launch_json(changed)["submission_id"] != a["submission_id"]
+    assert jobs(changed)["launcher"]["metadata"]["name"] != jobs(render(helm, [base]))["launcher"]["metadata"]["name"]
+    # Launcher knobs are not part of the run: same Job, same submission id.
+    knob = render(helm, [with_changes(base, {"launcher.maxRestarts": 9})])
+    assert launch_json(knob)["submission_id"] == a["submission_id"] and launch_json(knob)["max_restarts"] == 9
+
+
+def test_job_names_fit_63_characters(helm):
+    objs = render(helm, release="r" * 53)
+    for o in kinds(objs, "Job") + kinds(objs, "ConfigMap") + kinds(objs, "Pod"):
+        assert len(o["metadata"]["name"]) <= 63, o["metadata"]["name"]
+
+
+def test_job_pod_templates_carry_only_stable_labels(helm):
+    for name, tpl in pod_specs(render(helm)):
+        if name.startswith("job:"):
+            assert set(tpl["metadata"]["labels"]) == {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"}
+
+
+def test_launcher_holds_no_token_and_reads_the_shared_volume_read_only(helm):
+    objs = render(helm, [values_for(wandb=True)])
+    tpl = jobs(objs)["launcher"]["spec"]["template"]
+    (c,) = tpl["spec"]["containers"]
+    assert {e["name"] for e in c.get("env", [])} == {"PYTHONUNBUFFERED"}
+    assert c["command"] == ["python", "/etc/nemo-rl-gke/launcher.py", "/etc/nemo-rl-gke/launch.json"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["shared-data"]["readOnly"] is True and mounts["shared-data"]["mountPath"] == "/data"
+    claim = next(v for v in tpl["spec"]["volumes"] if v["name"] == "shared-data")["persistentVolumeClaim"]
+    assert claim == {"claimName": "nemo-rl-data", "readOnly": True}
+    assert "nvidia.com/gpu" not in json.dumps(c["resources"])
+
+
+def test_prepare_job_gets_only_the_hf_token_and_writes_the_cache(helm):
+    objs = render(helm, [values_for(wandb=True)])
+    tpl = jobs(objs)["prepare"]["spec"]["template"]
+    (c,) = tpl["spec"]["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "nemo-rl-tokens", "key": "HF_TOKEN"}
+    assert "WANDB_API_KEY" not in env
+    assert env["HF_HOME"]["value"] == "/data/huggingface"
+    assert not any(m.get("readOnly") for m in c["volumeMounts"] if m["name"] == "shared-data")
+    assert "nvidia.com/gpu" not in json.dumps(c["resources"])
+
+
+def test_prepare_and_launcher_agree_on_the_marker(helm):
+    objs = render(helm)
+    cm = next(c for c in kinds(objs, "ConfigMap") if "prepare.json" in c["data"])
+    prep = json.loads(cm["data"]["prepare.json"])
+    assert launch_json(objs)["wait_for_files"] == [prep["marker"]]
+    assert prep["model"] == "google/gemma-3-27b-it"
+    assert jobs(objs)["prepare"]["metadata"]["name"].endswith(prep["hash"])
+    assert {"launcher.py", "prepare.py", "launch.json", "prepare.json"} <= set(cm["data"])
+
+
+def test_preparation_can_be_switched_off(helm):
+    objs = render(helm, [with_changes(values_for(), {"prepare.enabled": False})])
+    assert set(jobs(objs)) == {"launcher"}
+    assert launch_json(objs)["wait_for_files"] == []
+
+
+def test_grpo_disabled_renders_only_the_ray_cluster_side(helm):
+    objs = render(helm, [with_changes(values_for(), {"grpo.enabled": False})])
+    assert kinds(objs, "Job") == kinds(objs, "Pod") == []
+    assert not [c for c in kinds(objs, "ConfigMap") if "launch.json" in c["data"]]
+    one(objs, "RayCluster")
+
+
+def test_helm_test_pod_checks_the_cluster(helm):
+    objs = render(helm)
+    pod = one(objs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["containers"][0]["command"][-2:] == ["--check", "/etc/nemo-rl-gke/launch.json"]
+    spec = launch_json(objs)
+    assert spec["expected_nodes"] == 3 and spec["expected_gpus"] == 16
+
+
+def test_tcp_mode_expects_no_rdma_interfaces(helm):
+    assert "expected_interfaces" not in launch_json(render(helm, [with_changes(values_for(), {"network.mode": "tcp"})]))
+
+
+@pytest.mark.parametrize("nodes", [1, 4])
+def test_expected_gpus_follow_the_worker_groups(helm, nodes):
+    spec = launch_json(render(helm, [values_for(nodes=nodes)]))
+    assert spec["expected_gpus"] == nodes * 8 and spec["expected_nodes"] == nodes + 1
+
+
+def test_job_pods_are_unprivileged_without_api_token(helm):
+    for name, tpl in pod_specs(render(helm)):
+        if name.startswith(("job:", "pod:")):
+            assert tpl["spec"]["automountServiceAccountToken"] is False, name
+            for c in tpl["spec"]["containers"]:
+                assert c["securityContext"]["allowPrivilegeEscalation"] is False
+                assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_the_entrypoint_never_holds_a_token(helm):
+    spec = launch_json(render(helm, [values_for(wandb=True)]))
+    assert "HF_TOKEN" not in spec["entrypoint"] and "WANDB" not in spec["entrypoint"]
+    assert "runtime_env" not in spec
