@@ -24,3 +24,17 @@ fi
 
 echo "==> pinned Helm binaries"
 .venv/bin/python -m generator.install_helm
+
+echo "==> shellcheck (Debian package; the infra script tests run it)"
+if ! command -v shellcheck >/dev/null 2>&1; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: shellcheck is missing and apt-get is not available; install shellcheck with your package manager" >&2
+    exit 1
+  fi
+  if ! apt_log="$({ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck; } 2>&1)"; then
+    printf '%s\n' "$apt_log" | tail -n 5 >&2
+    echo "error: could not install shellcheck with apt-get (needs root); install it, e.g. apt-get install shellcheck" >&2
+    exit 1
+  fi
+fi
+echo "    $(shellcheck --version | sed -n 's/^version: /shellcheck /p')"

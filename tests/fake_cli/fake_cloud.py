@@ -1,0 +1,238 @@
+"""Stand-in for `gcloud` and `kubectl` in the infra script tests (stdlib only).
+
+Called as `fake_cloud.py gcloud|kubectl ARGS...` by the wrappers beside it. It keeps a small
+model of a Google Cloud project in a JSON file ($FAKE_STATE): a resource exists once a create
+made it, so a `describe`/`get` answers "not found" (exit 1) before the first run's create and
+"found" afterwards. Creates of something that exists, deletes of something missing and
+out-of-order operations (a subnet before its VPC, kubectl before get-credentials, a VPC deleted
+while subnets use it) fail like the real tools. Every call is appended to $FAKE_LOG as one line
+holding a Python literal: {"tool", "argv", "mutating", "rc"}. With FAKE_FAIL_AT=k the k-th
+mutating call logged to the current $FAKE_LOG fails (exit 1).
+
+The script under test passes flags as --name=value; -f and -n take the next word (kubectl).
+Only built-in modules are imported (the state file is `marshal`ed): a run of the bring-up
+script makes ~50 calls, and each one starts a Python interpreter.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+MUTATING = {"create", "create-auto", "delete", "enable", "connect", "update", "add-iam-policy-binding", "rm", "apply"}
+VERBS = MUTATING | {"describe", "list", "get", "get-credentials", "get-server-config", "get-iam-policy"}
+PROJECT_NUMBER = "123456789012"
+LUSTRE_MOUNT_POINT = "10.90.0.5@tcp:/lfs"
+RANGE_CIDR = "10.90.0.0/20"
+INSTALLER_NAMESPACE = {True: "rdma-system", False: "kube-system"}  # autopilot manifest or not
+
+
+class Fail(Exception):
+    pass
+
+
+def parse(args: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    words: list[str] = []
+    flags: list[tuple[str, str]] = []
+    it = iter(args)
+    for a in it:
+        if a in ("-f", "-n"):
+            flags.append((a, next(it)))
+        elif a.startswith("--"):
+            key, _, value = a[2:].partition("=")
+            flags.append((key, value))
+        else:
+            words.append(a)
+    return words, flags
+
+
+def flag(flags: list[tuple[str, str]], key: str) -> str:
+    for k, v in flags:
+        if k == key:
+            return v
+    return ""
+
+
+class Cloud:
+    def __init__(self, state: dict) -> None:
+        self.res: dict[str, dict] = state.setdefault("resources", {"compute/networks/default": {}})
+        self.state = state
+
+    def need(self, key: str, what: str) -> None:
+        if key not in self.res:
+            raise Fail(f"ERROR: NOT_FOUND: {what} {key.rsplit('/', 1)[-1]} does not exist")
+
+    # --- gcloud ---------------------------------------------------------------------------
+    def gcloud(self, words: list[str], flags: list[tuple[str, str]]) -> str:
+        verb_at = next(i for i, w in enumerate(words) if w in VERBS)
+        kind, verb, rest = "/".join(words[:verb_at]), words[verb_at], words[verb_at + 1 :]
+        if kind == "services" and verb == "list":
+            return "".join(f"{k.split('/', 1)[1]}\n" for k in self.res if k.startswith("api/"))
+        if kind == "services" and verb == "enable":
+            for api in rest:
+                self.res[f"api/{api}"] = {}
+            return ""
+        if kind == "services/vpc-peerings":
+            return self.peering(verb, flags)
+        if kind == "projects" and verb == "describe":
+            return PROJECT_NUMBER + "\n"
+        if kind == "container" and verb == "get-server-config":
+            return os.environ.get("FAKE_GKE_VERSION", "1.33.5-gke.1080000") + "\n"
+        if kind == "container/clusters" and verb == "get-credentials":
+            self.need(f"container/clusters/{rest[0]}", "cluster")
+            self.state["kubeconfig"] = rest[0]
+            return ""
+        if kind == "storage/buckets" and verb in ("get-iam-policy", "add-iam-policy-binding"):
+            key = f"storage/buckets/{rest[0].removeprefix('gs://')}"
+            self.need(key, "bucket")
+            bindings = self.res[key].setdefault("bindings", [])
+            if verb == "add-iam-policy-binding":
+                bindings.append(f"{flag(flags, 'role')},{flag(flags, 'member')}")
+                return ""
+            return "".join(f"{b}\n" for b in bindings)
+        if kind == "storage" and verb == "rm":
+            key = f"storage/buckets/{rest[0].removeprefix('gs://')}"
+            self.need(key, "bucket")
+            del self.res[key]
+            return ""
+        name = rest[0].removeprefix("gs://")
+        key = f"{kind}/{name}"
+        if verb == "describe":
+            self.need(key, kind)
+            return self.describe(kind, name, flag(flags, "format"))
+        if verb in ("create", "create-auto"):
+            if key in self.res:
+                raise Fail(f"ERROR: ALREADY_EXISTS: {kind} {name} already exists")
+            self.check_create(kind, flags)
+            self.res[key] = {k: v for k, v in flags if k != "additional-node-network"}
+            return ""
+        if verb == "delete":
+            self.need(key, kind)
+            self.check_delete(kind, name)
+            del self.res[key]
+            if kind == "container/clusters":
+                for k in [k for k in self.res if k.startswith("container/node-pools/") or k.startswith("k8s/")]:
+                    del self.res[k]
+                self.state.pop("kubeconfig", None)
+            return ""
+        raise Fail(f"fake gcloud: unsupported command {' '.join(words)}")
+
+    def describe(self, kind: str, name: str, fmt: str) -> str:
+        if kind == "lustre/instances":
+            return LUSTRE_MOUNT_POINT + "\n" if fmt == "value(mountPoint)" else f"mountPoint: {LUSTRE_MOUNT_POINT}\nstate: ACTIVE\n"
+        if kind == "compute/addresses" and fmt.startswith("value[separator=/]"):
+            return RANGE_CIDR + "\n"
+        return f"name: {name}\n"
+
+    def check_create(self, kind: str, flags: list[tuple[str, str]]) -> None:
+        if kind in ("compute/networks/subnets", "compute/firewall-rules", "compute/addresses"):
+            self.need(f"compute/networks/{flag(flags, 'network')}", "network")
+        if kind == "compute/networks" and flag(flags, "network-profile"):
+            profile = flag(flags, "network-profile")
+            if not profile.endswith("-vpc-roce"):
+                raise Fail(f"ERROR: INVALID_ARGUMENT: network profile {profile}")
+        if kind == "container/node-pools":
+            self.need(f"container/clusters/{flag(flags, 'cluster')}", "cluster")
+            for k, v in flags:
+                if k == "additional-node-network":
+                    parts = dict(p.split("=", 1) for p in v.split(","))
+                    self.need(f"compute/networks/{parts['network']}", "network")
+                    self.need(f"compute/networks/subnets/{parts['subnetwork']}", "subnetwork")
+        if kind == "lustre/instances":
+            network = flag(flags, "network").rsplit("/", 1)[-1]
+            if not self.res.get(f"peering/{network}", {}).get("ranges"):
+                raise Fail(f"ERROR: FAILED_PRECONDITION: network {network} has no private services access")
+
+    def check_delete(self, kind: str, name: str) -> None:
+        if kind == "compute/networks":
+            users = [k for k, v in self.res.items() if v.get("network") == name and not k.startswith("peering/")]
+            if users:
+                raise Fail(f"ERROR: RESOURCE_IN_USE: network {name} is used by {users[0]}")
+        if kind == "compute/addresses":
+            for k, v in self.res.items():
+                if k.startswith("peering/") and name in v.get("ranges", []):
+                    raise Fail(f"ERROR: RESOURCE_IN_USE: address {name} is used by {k}")
+
+    def peering(self, verb: str, flags: list[tuple[str, str]]) -> str:
+        key = f"peering/{flag(flags, 'network')}"
+        if verb == "list":
+            return "".join(f"{r}\n" for r in self.res.get(key, {}).get("ranges", []))
+        if verb == "delete":
+            self.need(key, "connection")
+            del self.res[key]
+            return ""
+        ranges = flag(flags, "ranges").split(",")
+        for r in ranges:
+            self.need(f"compute/addresses/{r}", "address")
+        if verb == "connect" and key in self.res:
+            raise Fail("ERROR: Cannot modify allocated ranges in CreateConnection. Please use UpdateConnection.")
+        if verb == "update":
+            self.need(key, "connection")
+        self.res[key] = {"network": flag(flags, "network"), "ranges": ranges}
+        return ""
+
+    # --- kubectl --------------------------------------------------------------------------
+    def kubectl(self, words: list[str], flags: list[tuple[str, str]]) -> str:
+        cluster = self.state.get("kubeconfig")
+        if not cluster or f"container/clusters/{cluster}" not in self.res:
+            raise Fail("The connection to the server localhost:8080 was refused - did you specify the right host or port?")
+        ns = flag(flags, "namespace") or flag(flags, "-n") or "default"
+        verb = words[0]
+        if verb == "apply":
+            url = flag(flags, "-f")
+            installer_ns = INSTALLER_NAMESPACE["autopilot" in url]
+            self.res[f"k8s/namespace/{installer_ns}"] = {}
+            self.res[f"k8s/{installer_ns}/daemonset/nccl-rdma-installer"] = {"url": url}
+            return ""
+        kind, name = words[1], words[2]
+        key = f"k8s/namespace/{name}" if kind == "namespace" else f"k8s/{ns}/{kind}/{name}"
+        exists = key in self.res or key in ("k8s/namespace/default", "k8s/namespace/kube-system")
+        if verb == "get":
+            if not exists:
+                raise Fail(f'Error from server (NotFound): {kind}s "{name}" not found')
+            return f"{name}\n"
+        if verb == "create":
+            if exists:
+                raise Fail(f'Error from server (AlreadyExists): {kind}s "{name}" already exists')
+            if kind != "namespace" and f"k8s/namespace/{ns}" not in self.res and ns not in ("default", "kube-system"):
+                raise Fail(f'Error from server (NotFound): namespaces "{ns}" not found')
+            self.res[key] = {}
+            return ""
+        raise Fail(f"fake kubectl: unsupported command {' '.join(words)}")
+
+
+def main(argv: list[str]) -> int:
+    tool, args = argv[0], argv[1:]
+    state_path, log_path = os.environ["FAKE_STATE"], os.environ["FAKE_LOG"]
+    words, flags = parse(args)
+    mutating = bool(set(words) & MUTATING) if tool == "gcloud" else bool(words) and words[0] in ("create", "apply", "delete")
+    entry = {"tool": tool, "argv": args, "mutating": mutating, "rc": 0}
+    try:
+        with open(state_path, "rb") as f:
+            state = marshal.load(f)  # noqa: S302 - this fake's own state file
+    except FileNotFoundError:
+        state = {}
+    counts = state.setdefault("mutating_calls", {})
+    if mutating:
+        counts[log_path] = counts.get(log_path, 0) + 1
+    fail_at = int(os.environ.get("FAKE_FAIL_AT") or 0)
+    out, err = "", ""
+    if mutating and counts[log_path] == fail_at:
+        entry["rc"], err = 1, f"ERROR: ({tool}) injected failure at mutating call {fail_at}\n"
+    else:
+        try:
+            out = Cloud(state).gcloud(words, flags) if tool == "gcloud" else Cloud(state).kubectl(words, flags)
+        except Fail as e:
+            entry["rc"], err = 1, f"{e}\n"
+    with open(state_path, "wb") as f:
+        marshal.dump(state, f)
+    with open(log_path, "a") as f:
+        f.write(repr(entry) + "\n")
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return entry["rc"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
