@@ -11,7 +11,7 @@ from . import grpo, networks, releases
 from .profiles import ACCELERATORS
 from .values_io import InputError
 
-SUBCOMMANDS = ("generate", "validate", "render", "infra")
+SUBCOMMANDS = ("generate", "validate", "render", "infra", "rehearse")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,6 +99,12 @@ def _infra(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _rehearse(args: argparse.Namespace) -> int:
+    from .rehearse_cli import run
+
+    return run(args)
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
     parser = _Parser(
         prog="python -m generator",
@@ -113,6 +119,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     val.add_argument("files", nargs="+", type=Path, metavar="FILE")
     val.add_argument("--format", choices=("text", "json"), default="text")
     val.add_argument("--strict", action="store_true", help="fail on warnings too")
+    val.add_argument(
+        "--no-chart-defaults",
+        action="store_true",
+        help="check the file alone, not merged over the chart's values.yaml as helm install does",
+    )
+    val.add_argument(
+        "--release", default="nemo-rl", help="Helm release name the file will be installed as (names are checked); default nemo-rl"
+    )
 
     ren = sub.add_parser("render", help="render the chart with the pinned Helm and validate every object")
     ren.add_argument("files", nargs="+", type=Path, metavar="VALUES")
@@ -125,7 +139,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     inf = sub.add_parser("infra", help="write the cluster bring-up (or teardown) shell script")
     add_infra_args(inf)
 
-    handlers = {"generate": _generate, "validate": _validate, "render": _render, "infra": _infra}
+    from .rehearse_cli import add_rehearse_args
+
+    reh = sub.add_parser("rehearse", help="rehearse the run's Ray resource requests on a local Ray cluster")
+    add_rehearse_args(reh)
+
+    handlers = {"generate": _generate, "validate": _validate, "render": _render, "infra": _infra, "rehearse": _rehearse}
     return parser, handlers
 
 

@@ -7,7 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .schema import iter_errors
+from .findings import ERROR
+from .validate import validate_values
 from .values_builder import Options, build
 from .values_io import InputError, dump_values, write_atomic
 
@@ -76,7 +77,8 @@ def render_text(opts: Options, argv: list[str]) -> str:
         values = build(opts)
     except ValueError as e:
         raise InputError(str(e)) from None
-    problems = [f"{e.path}: {e.message}" for e in iter_errors(values)]
+    findings = validate_values(values)
+    problems = [f"{f.key}: {f.message}" for f in findings if f.level == ERROR]
     if problems:
         raise InputError("the options give invalid values: " + "; ".join(problems))
     return dump_values(values, header(argv))

@@ -126,9 +126,10 @@ def generation_nodes(choices: RunChoices, preset: ModelPreset) -> int:
 
 
 def _batch(samples: int, dp: int, preset: ModelPreset) -> int:
-    """The largest global batch <= the recipe's that divides the samples per step and splits
-    evenly into data-parallel ranks of whole micro-batches."""
-    for gbs in range(min(samples, preset.train_global_batch_size), 0, -1):
+    """The largest global batch <= the recipe's (or one micro-batch per rank, if that is more)
+    that divides the samples per step and splits evenly into ranks of whole micro-batches."""
+    cap = max(preset.train_global_batch_size, dp * preset.train_micro_batch_size)
+    for gbs in range(min(samples, cap), 0, -1):
         if samples % gbs == 0 and gbs % dp == 0 and (gbs // dp) % preset.train_micro_batch_size == 0:
             return gbs
     raise SpecError(
@@ -159,6 +160,9 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     dp = train_gpus // preset.train_tp
     prompts = choices.prompts_per_step or preset.prompts_per_step
     generations = choices.generations_per_prompt or preset.generations_per_prompt
+    if choices.prompts_per_step is None and prompts * generations < dp * preset.train_micro_batch_size:
+        # Many data-parallel ranks: at least one micro-batch each per step.
+        prompts = -(-dp * preset.train_micro_batch_size // generations)
     gbs = _batch(prompts * generations, dp, preset)
     micro = preset.train_micro_batch_size
     name = run_name(choices, preset)

@@ -1,4 +1,7 @@
-"""`python -m generator validate FILE...`: the schema, then the semantic rules."""
+"""`python -m generator validate FILE...`: the schema, then the semantic rules.
+
+Exit 0 when valid, 1 when any file has an error (or a warning with --strict), 2 for usage
+errors (missing file, unreadable YAML). Never modifies a file."""
 
 from __future__ import annotations
 
@@ -6,25 +9,36 @@ import argparse
 import json
 import sys
 
-from .schema import iter_errors
+from .validate import has_errors, validate_values
 from .values_io import InputError, load_values
+from .values_merge import as_helm_sees_it
 
 
 def run(args: argparse.Namespace) -> int:
-    results = []
+    reports = []
     for path in args.files:
         try:
             doc = load_values(path)
         except InputError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        errors = [{"file": str(path), "key": e.path, "level": "error", "message": e.message} for e in iter_errors(doc)]
-        results.extend(errors)
+        if not args.no_chart_defaults:
+            doc = as_helm_sees_it(doc)
+        findings = validate_values(doc, args.release)
+        reports.append((str(path), findings))
+    failed = any(has_errors(f, args.strict) for _, f in reports)
     if args.format == "json":
-        print(json.dumps({"findings": results, "valid": not results}, indent=2))
+        out = {
+            "valid": not failed,
+            "files": [{"file": p, "valid": not has_errors(f, args.strict), "findings": [x.as_dict() for x in f]} for p, f in reports],
+        }
+        print(json.dumps(out, indent=2))
     else:
-        for r in results:
-            print(f"{r['file']}: {r['key']}: {r['message']}")
-        if not results:
-            print(f"ok: {len(args.files)} file(s) valid", file=sys.stderr)
-    return 1 if results else 0
+        for path, findings in reports:
+            for f in findings:
+                print(f.line(path))
+        errors = sum(1 for _, f in reports for x in f if x.level == "error")
+        warnings = sum(1 for _, f in reports for x in f if x.level == "warning")
+        verdict = "invalid" if failed else "valid"
+        print(f"{verdict}: {len(reports)} file(s), {errors} error(s), {warnings} warning(s)", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,16 @@
+"""Semantic rules on a schema-valid values document, one module per concern."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..findings import Finding
+from . import accelerator, names, nemo_rl, networks, operations, resources, secrets, storage
+from .context import Context
+
+RULES = (accelerator, resources, networks, nemo_rl, storage, names, secrets, operations)
+
+
+def run_checks(values: dict[str, Any], release_name: str = "nemo-rl") -> list[Finding]:
+    ctx = Context(values, release_name)
+    return [f for rule in RULES for f in rule.check(ctx)]
