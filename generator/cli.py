@@ -59,6 +59,7 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--reservation", default="", help="reservation name (with --provisioning reservation)")
     p.add_argument("--release", default=releases.DEFAULT_RELEASE, choices=tuple(releases.RELEASES), help="NeMo RL release")
+    p.add_argument("--mode", default="standard", choices=("standard", "autopilot"), help="GKE mode of the cluster; default standard")
     run = p.add_argument_group("the GRPO run")
     run.add_argument(
         "--model", default=grpo.DEFAULT_MODEL, choices=tuple(grpo.MODELS), help="model preset; default the tutorial's gemma3-27b"

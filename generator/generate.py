@@ -40,6 +40,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         run_name=args.run_name,
         wandb=args.wandb,
         secret=args.secret,
+        mode=args.mode,
     )
 
 
@@ -63,6 +64,7 @@ def canonical_argv(args: argparse.Namespace) -> list[str]:
         ("--generations-per-prompt", "generations_per_prompt"),
         ("--run-name", "run_name"),
         ("--secret", "secret"),
+        ("--mode", "mode"),
     ):
         value = getattr(opts, field)
         if value != getattr(defaults, field):

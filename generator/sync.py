@@ -5,6 +5,7 @@
 - charts/nemo-rl-gke/values.schema.json  <- schemas/values.schema.json
 - charts/nemo-rl-gke/values.yaml         <- python -m generator --gpu h200 (the chart's defaults)
 - charts/nemo-rl-gke/ci/b200-values.yaml <- python -m generator --gpu b200
+- charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu X --mode autopilot
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
 """
 
@@ -27,8 +28,9 @@ def _chart_values() -> str:
     return render_text(Options(gpu="h200"), ["--gpu", "h200"])
 
 
-def _b200_values() -> str:
-    return render_text(Options(gpu="b200"), ["--gpu", "b200"])
+def _generated(gpu: str, mode: str = "standard") -> Callable[[], str]:
+    argv = ["--gpu", gpu] + (["--mode", mode] if mode != "standard" else [])
+    return lambda: render_text(Options(gpu=gpu, mode=mode), argv)
 
 
 def _readme() -> str:
@@ -40,7 +42,9 @@ def _readme() -> str:
 TARGETS: dict[Path, Callable[[], str]] = {
     CHART_DIR / "values.schema.json": lambda: SCHEMA_PATH.read_text(encoding="utf-8"),
     CHART_DIR / "values.yaml": _chart_values,
-    CHART_DIR / "ci" / "b200-values.yaml": _b200_values,
+    CHART_DIR / "ci" / "b200-values.yaml": _generated("b200"),
+    CHART_DIR / "ci" / "b200-autopilot-values.yaml": _generated("b200", "autopilot"),
+    CHART_DIR / "ci" / "h200-autopilot-values.yaml": _generated("h200", "autopilot"),
     CHART_DIR / "README.md": _readme,
 }
 

@@ -34,6 +34,7 @@ class Options:
     run_name: str | None = None
     wandb: bool = False
     secret: str | None = None  # None: nemo-rl-tokens when the model is gated or W&B is on
+    mode: str = "standard"  # standard | autopilot
 
 
 def _quantity_gib(n: int) -> str:
@@ -140,6 +141,15 @@ def prepare_values(rel: releases.NemoRlRelease) -> dict[str, Any]:
     }
 
 
+MODES = ("standard", "autopilot")
+
+
+def gke_values(mode: str) -> dict[str, Any]:
+    if mode not in MODES:
+        raise ValueError(f"unknown GKE mode {mode!r}: choose standard or autopilot")
+    return {"mode": mode, "headComputeClass": "Balanced" if mode == "autopilot" else "", "gpuComputeClass": ""}
+
+
 def build(opts: Options) -> dict[str, Any]:
     """The whole values document, in the order the chart's values.yaml presents it."""
     p = profile(opts.gpu)
@@ -152,6 +162,7 @@ def build(opts: Options) -> dict[str, Any]:
         "fullnameOverride": opts.name,
         "commonLabels": {},
         "accelerator": accelerator_values(opts.gpu),
+        "gke": gke_values(opts.mode),
         "image": {"repository": releases.IMAGE_REPOSITORY, "tag": rel.tag, "pullPolicy": "IfNotPresent"},
         "imagePullSecrets": [],
         "rayVersion": rel.ray_version,
