@@ -71,6 +71,11 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     run.add_argument("--prompts-per-step", type=_count("--prompts-per-step", 1), default=None)
     run.add_argument("--generations-per-prompt", type=_count("--generations-per-prompt", 1), default=None)
     run.add_argument("--run-name", default=None, help="run name: checkpoint/log folder and W&B name")
+    run.add_argument(
+        "--save-by",
+        default=None,
+        help="DD:HH:MM:SS after training starts to save and stop (checkpoint_must_save_by); flex-start: 06:22:00:00",
+    )
     run.add_argument("--wandb", action="store_true", help="log to Weights & Biases (needs WANDB_API_KEY in the Secret)")
     run.add_argument("--secret", default=None, help="existing Secret with HF_TOKEN (and WANDB_API_KEY); default nemo-rl-tokens when needed")
     p.add_argument("--force", action="store_true", help="overwrite an existing file that differs")

@@ -41,6 +41,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         wandb=args.wandb,
         secret=args.secret,
         mode=args.mode,
+        save_by=args.save_by,
     )
 
 
@@ -65,6 +66,7 @@ def canonical_argv(args: argparse.Namespace) -> list[str]:
         ("--run-name", "run_name"),
         ("--secret", "secret"),
         ("--mode", "mode"),
+        ("--save-by", "save_by"),
     ):
         value = getattr(opts, field)
         if value != getattr(defaults, field):

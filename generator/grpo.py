@@ -10,6 +10,7 @@ nodes, generation placement, release); the chart only quotes it into the command
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,11 @@ def is_gated(model: str) -> bool:
     return model.startswith(GATED_PREFIXES)
 
 
+SAVE_BY = re.compile(r"^\d{2}:([01]\d|2[0-3]):[0-5]\d:[0-5]\d$")
+# Flex-start VMs run at most 7 days: save and stop well before the node is taken back.
+FLEX_START_SAVE_BY = "06:22:00:00"
+
+
 class SpecError(ValueError):
     """A combination of choices that NeMo RL would reject at start-up."""
 
@@ -114,6 +120,7 @@ class RunChoices:
     run_name: str | None = None
     wandb: bool = False
     mount_path: str = "/data"
+    save_by: str | None = None  # checkpointing.checkpoint_must_save_by, DD:HH:MM:SS after training starts
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -193,6 +200,11 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     if gen_nodes:
         o["policy.generation.colocated.resources.num_nodes"] = gen_nodes
         o["policy.generation.colocated.resources.gpus_per_node"] = gpn
+    if choices.save_by:
+        if not SAVE_BY.match(choices.save_by):
+            raise SpecError(f"--save-by {choices.save_by!r}: use DD:HH:MM:SS, e.g. 06:22:00:00")
+        # NeMo RL saves a checkpoint and stops cleanly this long after training starts.
+        o["checkpointing.checkpoint_must_save_by"] = choices.save_by
     o |= {
         "checkpointing.checkpoint_dir": f"{run_dir}/checkpoints",
         "logger.log_dir": f"{run_dir}/logs",

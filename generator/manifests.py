@@ -25,7 +25,7 @@ from .schema import ROOT, dotted
 # newest kubernetes-validate knows.
 KUBE_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 CRD_SETS: tuple[str, ...] = ("kuberay-v1.3.2", "kuberay-v1.7.0")
-OWN_SCHEMAS = ROOT / "schemas" / "gke-networking"
+OWN_SCHEMAS = (ROOT / "schemas" / "gke-networking", ROOT / "schemas" / "external-secrets")
 
 
 def fixtures_dir(candidates: Sequence[str] | None = None) -> Path:
@@ -78,15 +78,16 @@ def _crd_validators(gvk: tuple[str, str, str]) -> list[tuple[str, Any]]:
 
 
 @cache
-def _own_validators() -> dict[tuple[str, str, str], Any]:
+def _own_validators() -> dict[tuple[str, str, str], tuple[str, Any]]:
     from jsonschema import Draft202012Validator
 
     out = {}
-    for path in sorted(OWN_SCHEMAS.glob("*.json")):
+    for path in sorted(p for d in OWN_SCHEMAS for p in d.glob("*.json")):
         schema = json.loads(path.read_text(encoding="utf-8"))
         Draft202012Validator.check_schema(schema)
-        gvk = schema["x-kubernetes-group-version-kind"]
-        out[(gvk["group"], gvk["version"], gvk["kind"])] = Draft202012Validator(schema)
+        gvks = schema["x-kubernetes-group-version-kind"]
+        for gvk in gvks if isinstance(gvks, list) else [gvks]:
+            out[(gvk["group"], gvk["version"], gvk["kind"])] = (path.parent.name, Draft202012Validator(schema))
     return out
 
 
@@ -108,7 +109,8 @@ def validate_object(obj: dict[str, Any], kube_versions: Iterable[str] = KUBE_VER
     if gvk in _crd_sources():
         return [f for name, v in _crd_validators(gvk) for f in _schema_findings(obj, name, v)]
     if gvk in _own_validators():
-        return list(_schema_findings(obj, "gke-networking", _own_validators()[gvk]))
+        checker, validator = _own_validators()[gvk]
+        return list(_schema_findings(obj, checker, validator))
     findings = []
     for version in kube_versions:
         try:

@@ -35,6 +35,7 @@ class Options:
     wandb: bool = False
     secret: str | None = None  # None: nemo-rl-tokens when the model is gated or W&B is on
     mode: str = "standard"  # standard | autopilot
+    save_by: str | None = None  # None: 06:22:00:00 with flex-start (7-day VMs), else not set
 
 
 def _quantity_gib(n: int) -> str:
@@ -99,9 +100,19 @@ def secrets_values(opts: Options) -> dict[str, Any]:
     needs_hf = bool(preset and preset.gated)
     name = opts.secret if opts.secret is not None else (DEFAULT_SECRET if needs_hf or opts.wandb else "")
     return {
+        "source": "existing" if name else "none",
         "existingSecret": name,
         "hfTokenKey": "HF_TOKEN" if name else "",
         "wandbApiKeyKey": "WANDB_API_KEY" if name and opts.wandb else "",
+        "fromFiles": {"hfToken": "", "wandbApiKey": ""},
+        "external": {
+            "apiVersion": "external-secrets.io/v1",
+            "storeName": "",
+            "storeKind": "ClusterSecretStore",
+            "hfTokenRemoteKey": "",
+            "wandbApiKeyRemoteKey": "",
+            "refreshInterval": "1h",
+        },
     }
 
 
@@ -117,6 +128,7 @@ def run_choices(opts: Options) -> grpo.RunChoices:
         run_name=opts.run_name,
         wandb=opts.wandb,
         mount_path=MOUNT_PATH,
+        save_by=opts.save_by if opts.save_by is not None else (grpo.FLEX_START_SAVE_BY if opts.provisioning == "flex-start" else None),
     )
 
 
@@ -181,6 +193,8 @@ def build(opts: Options) -> dict[str, Any]:
             "hfHome": f"{MOUNT_PATH}/huggingface",
         },
         "secrets": secrets_values(opts),
+        "access": {"networkPolicy": {"enabled": True, "allowFrom": []}},
+        "dataSafety": {"podDisruptionBudget": True},
         "extraEnv": [],
         "head": {
             "resources": {

@@ -46,6 +46,7 @@ def test_chart_defaults_render_a_complete_valid_h200_setup(helm):
         ["GKENetworkParamSet"] * 9
         + ["Network"] * 9
         + ["PersistentVolume", "PersistentVolumeClaim", "RayCluster", "ServiceAccount", "ConfigMap", "Job", "Job", "Pod"]
+        + ["NetworkPolicy", "PodDisruptionBudget"]
     )
     assert validate_documents(objs) == []
     assert workers(objs)[0]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-h200-141gb"
@@ -471,7 +472,7 @@ def test_tokens_come_only_from_secret_references(helm):
 
 
 def test_no_secret_reference_without_an_existing_secret(helm):
-    v = with_changes(values_for(), {"secrets": {"existingSecret": "", "hfTokenKey": "", "wandbApiKeyKey": ""}})
+    v = with_changes(values_for(), {"secrets.source": "none", "secrets.existingSecret": "", "secrets.hfTokenKey": ""})
     for _, tpl in pod_specs(render(helm, [v])):
         env = env_of(tpl["spec"]["containers"][0])
         assert "HF_TOKEN" not in env and "WANDB_API_KEY" not in env

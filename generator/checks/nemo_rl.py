@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..findings import Finding, error, warning
+from ..grpo import SAVE_BY
 from .context import Context, override_key
 
 REQUIRED = (
@@ -77,6 +78,19 @@ def _release(ctx: Context) -> Iterator[Finding]:
             override_key("cluster.segment_size"),
             f"not set; {tag} may align placement to NVLink domains that KubeRay nodes lack",
             "add cluster.segment_size=null",
+        )
+
+
+def _deadline(ctx: Context) -> Iterator[Finding]:
+    save_by = ctx.get("checkpointing.checkpoint_must_save_by")
+    if save_by is not None and not SAVE_BY.match(str(save_by)):
+        yield error(override_key("checkpointing.checkpoint_must_save_by"), f"{save_by!r} is not DD:HH:MM:SS", "e.g. 06:22:00:00")
+    flex = [i for i, g in enumerate(ctx.values["workerGroups"]) if g["provisioning"] == "flex-start"]
+    if flex and save_by is None:
+        yield warning(
+            override_key("checkpointing.checkpoint_must_save_by"),
+            f"workerGroups[{flex[0]}] is flex-start (VMs run at most 7 days) but no save deadline is set",
+            "add checkpointing.checkpoint_must_save_by=06:22:00:00",
         )
 
 
@@ -251,5 +265,6 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
     yield from _release(ctx)
     yield from _reward(ctx)
+    yield from _deadline(ctx)
     yield from _cluster(ctx)
     yield from _placement_and_parallelism(ctx)

@@ -441,10 +441,10 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
     ),
     "sec-gated-no-secret": (
         "gated Gemma without an HF token reference",
-        "secrets.existingSecret",
+        "secrets.source",
         False,
         {},
-        lambda v: v["secrets"].update(existingSecret="", hfTokenKey=""),
+        lambda v: v["secrets"].update(source="none", existingSecret="", hfTokenKey=""),
     ),
     "sec-plain-token": (
         "HF_TOKEN as a plain env value",
@@ -460,6 +460,31 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["nccl"]["extraEnv"].update({"NCCL_API_TOKEN": "x"}),
     ),
+    "sec-token-in-file": (
+        "a token written into the values file",
+        "secrets.fromFiles.hfToken",
+        False,
+        {},
+        lambda v: v["secrets"].update(source="files", existingSecret="", fromFiles={"hfToken": "hf_example", "wandbApiKey": ""}),
+    ),
+    "sec-two-sources": (
+        "an existing Secret named while the chart should create one",
+        "secrets.existingSecret",
+        False,
+        {},
+        lambda v: v["secrets"].update(source="files"),
+    ),
+    "sec-external-no-store": (
+        "ExternalSecret without a store",
+        "secrets.external.storeName",
+        False,
+        {},
+        lambda v: (
+            v["secrets"].update(source="external", existingSecret=""),
+            v["secrets"]["external"].update(hfTokenRemoteKey="hf-token"),
+        ),
+    ),
+    "sec-source-enum": ("unknown token source", "secrets.source", True, {}, lambda v: v["secrets"].update(source="vault")),
     # schema-level shapes
     "schema-sample-typo": (
         "the sample's --set values.additionalWorkerGroups prefix",

@@ -88,6 +88,17 @@ Ray containers. Head and workers get the same environment: NeMo RL forwards the 
 {{- toJson $env -}}
 {{- end -}}
 
+{{/* The Secret holding the tokens, by secrets.source: the existing one, the chart's own
+<fullname>-tokens (files, external), or "" (none). */}}
+{{- define "nemo-rl-gke.tokenSecret" -}}
+{{- $s := .Values.secrets -}}
+{{- if eq $s.source "existing" -}}
+{{- required "secrets.existingSecret is required when secrets.source is existing" $s.existingSecret -}}
+{{- else if or (eq $s.source "files") (eq $s.source "external") -}}
+{{- printf "%s-tokens" (include "nemo-rl-gke.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "nemo-rl-gke.rayEnv" -}}
 - name: HF_HOME
   value: {{ .Values.storage.hfHome | quote }}
@@ -95,7 +106,7 @@ Ray containers. Head and workers get the same environment: NeMo RL forwards the 
 - name: {{ $k }}
   value: {{ $v | quote }}
 {{- end }}
-{{- with .Values.secrets.existingSecret }}
+{{- with include "nemo-rl-gke.tokenSecret" . }}
 {{- if $.Values.secrets.hfTokenKey }}
 - name: HF_TOKEN
   valueFrom:
