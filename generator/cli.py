@@ -58,6 +58,13 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
         help="how GPU nodes are obtained; default spot",
     )
     p.add_argument("--reservation", default="", help="reservation name (with --provisioning reservation)")
+    p.add_argument(
+        "--groups",
+        default="",
+        help="several worker groups instead of --nodes/--provisioning: NAME=REPLICAS[:PROVISIONING[:RESERVATION]],... "
+        "e.g. train=4:reservation:res-a,generate=4:spot",
+    )
+    p.add_argument("--kueue-queue", default="", help="queue the RayCluster in this Kueue LocalQueue")
     p.add_argument("--release", default=releases.DEFAULT_RELEASE, choices=tuple(releases.RELEASES), help="NeMo RL release")
     p.add_argument("--mode", default="standard", choices=("standard", "autopilot"), help="GKE mode of the cluster; default standard")
     run = p.add_argument_group("the GRPO run")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .findings import ERROR
 from .validate import validate_values
-from .values_builder import Options, build
+from .values_builder import GroupSpec, Options, build, total_nodes
 from .values_io import InputError, dump_values, write_atomic
 
 
@@ -20,6 +20,13 @@ def header(argv: list[str]) -> str:
         "Edit by hand or regenerate; check with: python -m generator validate FILE\n"
         "Install with: helm install RELEASE charts/nemo-rl-gke -f FILE"
     )
+
+
+def _groups(text: str) -> tuple[GroupSpec, ...]:
+    try:
+        return tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -42,6 +49,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
         secret=args.secret,
         mode=args.mode,
         save_by=args.save_by,
+        groups=_groups(args.groups),
+        kueue_queue=args.kueue_queue,
     )
 
 
@@ -67,10 +76,13 @@ def canonical_argv(args: argparse.Namespace) -> list[str]:
         ("--secret", "secret"),
         ("--mode", "mode"),
         ("--save-by", "save_by"),
+        ("--kueue-queue", "kueue_queue"),
     ):
         value = getattr(opts, field)
         if value != getattr(defaults, field):
             argv += [flag, str(value)]
+    if opts.groups:
+        argv += ["--groups", ",".join(map(str, opts.groups))]
     if opts.wandb:
         argv.append("--wandb")
     return argv
@@ -93,5 +105,5 @@ def generate(args: argparse.Namespace) -> int:
     out: Path = args.output or Path(f"values-{opts.gpu}.yaml")
     text = render_text(opts, canonical_argv(args))
     outcome = write_atomic(out, text, force=args.force)
-    print(f"{out}: {outcome} ({opts.gpu}, {opts.nodes} GPU node(s))", file=sys.stderr)
+    print(f"{out}: {outcome} ({opts.gpu}, {total_nodes(opts)} GPU node(s))", file=sys.stderr)
     return 0

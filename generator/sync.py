@@ -7,6 +7,7 @@
 - charts/nemo-rl-gke/ci/b200-values.yaml <- python -m generator --gpu b200
 - charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu X --mode autopilot
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
+- examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 """
 
 from __future__ import annotations
@@ -19,34 +20,46 @@ from pathlib import Path
 import yaml
 
 from .docs import replace_table, values_table
-from .generate import render_text
-from .schema import CHART_DIR, SCHEMA_PATH
-from .values_builder import Options
+from .generate import canonical_argv, options_from_args, render_text
+from .schema import CHART_DIR, ROOT, SCHEMA_PATH
+
+EXAMPLES_DIR = ROOT / "examples"
 
 
-def _chart_values() -> str:
-    return render_text(Options(gpu="h200"), ["--gpu", "h200"])
+def _generated(argv: list[str]) -> Callable[[], str]:
+    """The file `python -m generator <argv>` writes (the header names the exact command)."""
 
+    def make() -> str:
+        from .cli import build_parser
 
-def _generated(gpu: str, mode: str = "standard") -> Callable[[], str]:
-    argv = ["--gpu", gpu] + (["--mode", mode] if mode != "standard" else [])
-    return lambda: render_text(Options(gpu=gpu, mode=mode), argv)
+        parser, _ = build_parser()
+        args = parser.parse_args(["generate", *argv])
+        return render_text(options_from_args(args), canonical_argv(args))
+
+    return make
 
 
 def _readme() -> str:
     readme = (CHART_DIR / "README.md").read_text(encoding="utf-8")
-    defaults = yaml.safe_load(_chart_values())
+    defaults = yaml.safe_load(_generated(["--gpu", "h200"])())
     return replace_table(readme, values_table(defaults))
 
 
+# Example runs (examples/*.yaml), each generated, for both accelerators.
+EXAMPLES: dict[str, list[str]] = {
+    "quickstart": ["--nodes", "1", "--model", "qwen2.5-1.5b"],
+    "tutorial": ["--wandb"],
+    "scale-out": ["--groups", "train=4:reservation:rl-reservation,generate=4:spot", "--kueue-queue", "gpu-queue", "--wandb"],
+}
+
 TARGETS: dict[Path, Callable[[], str]] = {
     CHART_DIR / "values.schema.json": lambda: SCHEMA_PATH.read_text(encoding="utf-8"),
-    CHART_DIR / "values.yaml": _chart_values,
-    CHART_DIR / "ci" / "b200-values.yaml": _generated("b200"),
-    CHART_DIR / "ci" / "b200-autopilot-values.yaml": _generated("b200", "autopilot"),
-    CHART_DIR / "ci" / "h200-autopilot-values.yaml": _generated("h200", "autopilot"),
+    CHART_DIR / "values.yaml": _generated(["--gpu", "h200"]),
+    CHART_DIR / "ci" / "b200-values.yaml": _generated(["--gpu", "b200"]),
+    CHART_DIR / "ci" / "b200-autopilot-values.yaml": _generated(["--gpu", "b200", "--mode", "autopilot"]),
+    CHART_DIR / "ci" / "h200-autopilot-values.yaml": _generated(["--gpu", "h200", "--mode", "autopilot"]),
     CHART_DIR / "README.md": _readme,
-}
+} | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in ("b200", "h200")}
 
 
 def drifted() -> list[Path]:

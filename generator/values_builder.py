@@ -17,6 +17,29 @@ HEAD_SHM_GIB = 8
 
 
 @dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    replicas: int
+    provisioning: str = "spot"
+    reservation: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> GroupSpec:
+        """NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a."""
+        name, sep, rest = text.partition("=")
+        parts = rest.split(":") if sep else []
+        if not name or not parts or len(parts) > 3 or not parts[0].isdigit():
+            raise ValueError(f"--groups entry {text!r}: use NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a")
+        prov = parts[1] if len(parts) > 1 else "spot"
+        if prov not in PROVISIONING:
+            raise ValueError(f"--groups entry {text!r}: provisioning must be one of {', '.join(PROVISIONING)}")
+        return cls(name, int(parts[0]), prov, parts[2] if len(parts) > 2 else "")
+
+    def __str__(self) -> str:
+        return ":".join([f"{self.name}={self.replicas}", self.provisioning, *([self.reservation] if self.reservation else [])])
+
+
+@dataclass(frozen=True)
 class Options:
     gpu: str
     nodes: int = 2
@@ -36,6 +59,8 @@ class Options:
     secret: str | None = None  # None: nemo-rl-tokens when the model is gated or W&B is on
     mode: str = "standard"  # standard | autopilot
     save_by: str | None = None  # None: 06:22:00:00 with flex-start (7-day VMs), else not set
+    groups: tuple[GroupSpec, ...] = ()  # empty: one group "gpu" of `nodes` replicas
+    kueue_queue: str = ""
 
 
 def _quantity_gib(n: int) -> str:
@@ -116,10 +141,14 @@ def secrets_values(opts: Options) -> dict[str, Any]:
     }
 
 
+def total_nodes(opts: Options) -> int:
+    return sum(g.replicas for g in opts.groups) if opts.groups else opts.nodes
+
+
 def run_choices(opts: Options) -> grpo.RunChoices:
     return grpo.RunChoices(
         model=opts.model,
-        nodes=opts.nodes,
+        nodes=total_nodes(opts),
         gpus_per_node=profile(opts.gpu).gpus_per_node,
         generation_nodes=opts.generation_nodes,
         max_steps=opts.max_steps,
@@ -128,7 +157,7 @@ def run_choices(opts: Options) -> grpo.RunChoices:
         run_name=opts.run_name,
         wandb=opts.wandb,
         mount_path=MOUNT_PATH,
-        save_by=opts.save_by if opts.save_by is not None else (grpo.FLEX_START_SAVE_BY if opts.provisioning == "flex-start" else None),
+        save_by=opts.save_by if opts.save_by is not None else (grpo.FLEX_START_SAVE_BY if "flex-start" in provisionings(opts) else None),
     )
 
 
@@ -151,6 +180,14 @@ def prepare_values(rel: releases.NemoRlRelease) -> dict[str, Any]:
         "gsm8kJsonlDir": grpo.gsm8k_jsonl_dir(rel, MOUNT_PATH),
         "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "32Gi"}},
     }
+
+
+def groups(opts: Options) -> tuple[GroupSpec, ...]:
+    return opts.groups or (GroupSpec("gpu", opts.nodes, opts.provisioning, opts.reservation),)
+
+
+def provisionings(opts: Options) -> set[str]:
+    return {g.provisioning for g in groups(opts)}
 
 
 MODES = ("standard", "autopilot")
@@ -209,11 +246,11 @@ def build(opts: Options) -> dict[str, Any]:
             "annotations": {},
         },
         "worker": worker_values(opts.gpu),
-        "workerGroups": [worker_group("gpu", opts.nodes, opts.provisioning, opts.reservation)],
+        "workerGroups": [worker_group(g.name, g.replicas, g.provisioning, g.reservation) for g in groups(opts)],
         "grpo": spec,
         "launcher": launcher_values(),
         "prepare": prepare_values(rel),
-        "kueue": {"enabled": False, "queueName": ""},
+        "kueue": {"enabled": bool(opts.kueue_queue), "queueName": opts.kueue_queue},
         "logging": {"fluentBit": fluent_bit_values()},
     }
 

@@ -35,7 +35,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     if len(net["rdma"]) != want:
         yield error(
             "network.rdma",
-            f"{len(net['rdma'])} RDMA networks listed; a {ctx.profile.machine_type} node has {want} RDMA NICs (eth2..eth{want + 1})",
+            f"{len(net['rdma'])} RDMA networks listed; each {ctx.profile.machine_type} node has {want} RDMA NICs (eth2..eth{want + 1})",
             f"list exactly {want}, one per RoCE subnet",
         )
     seen: dict[str, str] = {net["defaultNetwork"]: "network.defaultNetwork"}
