@@ -30,7 +30,7 @@ def test_chart_yaml_is_complete():
 
 
 def test_kube_version_is_the_oldest_accelerator_minimum():
-    oldest = min((tuple(map(int, p.min_gke_version.split("-")[0].split("."))) for p in PROFILES.values()))
+    oldest = min(tuple(map(int, p.min_gke_version.split("-")[0].split("."))) for p in PROFILES.values())
     assert CHART_YAML["kubeVersion"] == ">=" + ".".join(map(str, oldest)) + "-0"
 
 
