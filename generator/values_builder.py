@@ -212,7 +212,12 @@ def build(opts: Options) -> dict[str, Any]:
         "commonLabels": {},
         "accelerator": accelerator_values(opts.gpu),
         "gke": gke_values(opts.mode),
-        "image": {"repository": releases.IMAGE_REPOSITORY, "tag": rel.tag, "pullPolicy": "IfNotPresent"},
+        "image": {
+            "repository": releases.IMAGE_REPOSITORY,
+            "tag": rel.tag,
+            "pullPolicy": "IfNotPresent",
+            "preload": {"diskImage": "", "project": ""},
+        },
         "imagePullSecrets": [],
         "rayVersion": rel.ray_version,
         "serviceAccount": {"create": True, "name": "", "annotations": {}},

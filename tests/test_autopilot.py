@@ -113,3 +113,19 @@ def test_validate_knows_autopilot_rules(changes, key):
 def test_the_same_changes_are_fine_on_standard():
     v = with_changes(values_for(), {"head.nodeSelector": {"cloud.google.com/gke-nodepool": "system"}})
     assert [f for f in validate_values(v) if f.level == "error"] == []
+
+
+PRELOAD = "cloud.google.com.node-restriction.kubernetes.io/gke-secondary-boot-disk-nemo-rl-v070"
+
+
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_image_preload_selects_nodes_with_the_disk_only_on_autopilot(helm, mode):
+    v = with_changes(values_for(mode=mode), {"image.preload": {"diskImage": "nemo-rl-v070", "project": "my-proj-1"}})
+    rc = one(render(helm, [v]), "RayCluster")
+    selectors = [rc["spec"]["headGroupSpec"]["template"]["spec"].get("nodeSelector", {})]
+    selectors += [g["template"]["spec"]["nodeSelector"] for g in rc["spec"]["workerGroupSpecs"]]
+    for sel in selectors:
+        if mode == "autopilot":
+            assert sel[PRELOAD] == "CONTAINER_IMAGE_CACHE.my-proj-1"
+        else:
+            assert PRELOAD not in sel  # Standard: the node pool carries the disk (infra --preload-image-disk)

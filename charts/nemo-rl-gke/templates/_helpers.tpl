@@ -200,6 +200,15 @@ exec ${KUBERAY_GEN_RAY_START_CMD}
 {{- end }}
 {{- end -}}
 
+{{/* Autopilot: select nodes that carry the image on a secondary boot disk (image.preload). */}}
+{{- define "nemo-rl-gke.preloadSelector" -}}
+{{- with .Values.image.preload }}
+{{- if and (eq $.Values.gke.mode "autopilot") .diskImage }}
+cloud.google.com.node-restriction.kubernetes.io/gke-secondary-boot-disk-{{ .diskImage }}: CONTAINER_IMAGE_CACHE.{{ required "image.preload.project is required with image.preload.diskImage" .project }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* Scheduling of one worker group by its provisioning model. */}}
 {{- define "nemo-rl-gke.provisioningSelector" -}}
 {{- $p := .provisioning -}}
