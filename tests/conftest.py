@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -68,7 +69,7 @@ def render_text(
 ) -> str:
     files: list[Path] = []
     key_parts: list[str] = []
-    base = tmp_dir or Path("/tmp/nemo-rl-gke-tests")
+    base = tmp_dir or Path(f"/tmp/nemo-rl-gke-tests-{os.getpid()}")
     base.mkdir(parents=True, exist_ok=True)
     for v in values:
         if isinstance(v, Path):
