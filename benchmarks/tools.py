@@ -62,7 +62,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         gen = median_time(cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp), args.repeat)
-        rows.append(("`python -m generator --gpu h200` (process start to file written)", f"{gen * 1000:.0f} ms", "< 500 ms", ok(gen, "generator")))
+        rows.append(
+            ("`python -m generator --gpu h200` (process start to file written)", f"{gen * 1000:.0f} ms", "< 500 ms", ok(gen, "generator"))
+        )
         big = tmp / "big.yaml"
         cli("--gpu", "h200", "--groups", groups(64, 7), "-o", str(big), cwd=tmp)()
         seed = ROOT / "examples" / "tutorial-h200.yaml"

@@ -55,7 +55,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def parse_documents(text: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.load_all(text, Loader=_Loader) if d]  # noqa: S506 - a safe loader
+    return [d for d in yaml.load_all(text, Loader=_Loader) if d]
 
 
 def object_id(obj: dict[str, Any]) -> str:
