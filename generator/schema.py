@@ -85,14 +85,14 @@ def description(path: tuple[str | int, ...]) -> str | None:
     for part in path:
         if node is None:
             return None
-        node = _resolve(node)
+        node = resolve_ref(node)
         node = node.get("items") if isinstance(part, int) else node.get("properties", {}).get(part)
     if node is None:
         return None
-    return node.get("description") or _resolve(node).get("description")
+    return node.get("description") or resolve_ref(node).get("description")
 
 
-def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+def resolve_ref(node: dict[str, Any]) -> dict[str, Any]:
     while "$ref" in node:
         ref = node["$ref"]
         if not ref.startswith("#/"):

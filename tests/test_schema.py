@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from generator import sync
 from generator.helm import HelmError
-from generator.schema import SCHEMA_PATH, iter_errors, load_schema
+from generator.schema import SCHEMA_PATH, iter_errors, load_schema, resolve_ref
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,17 +65,10 @@ def test_objects_users_type_into_reject_unknown_keys():
     open_maps = {"global", "commonLabels", "serviceAccount.annotations", "nccl.extraEnv"}
     loose = []
     for path, raw in _properties(load_schema()):
-        node = raw if "$ref" not in raw else {**_resolve(raw["$ref"]), **raw}
+        node = resolve_ref(raw)
         if node.get("type") == "object" and "properties" in node and node.get("additionalProperties") is not False:
             loose.append(path)
     assert [p for p in loose if p not in open_maps] == []
-
-
-def _resolve(ref):
-    node = load_schema()
-    for part in ref[2:].split("/"):
-        node = node[part]
-    return node
 
 
 @pytest.mark.parametrize("gpu", ["b200", "h200"])
