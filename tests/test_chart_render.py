@@ -408,8 +408,9 @@ def test_privileged_only_by_value(helm):
     assert c["securityContext"] == {"privileged": True}
 
 
-def test_no_image_uses_latest_or_always(helm):
-    for _, tpl in pod_specs(render(helm, [CI_DIR / "h200-multi-group-values.yaml"])):
+@pytest.mark.parametrize("scenario", [None, *SCENARIOS], ids=["defaults", *SCENARIO_IDS])
+def test_no_image_uses_latest_or_always(helm, scenario):
+    for _, tpl in pod_specs(render(helm, [scenario] if scenario else [])):
         for c in tpl["spec"]["containers"]:
             assert not c["image"].endswith(":latest") and ":" in c["image"]
             assert c.get("imagePullPolicy") != "Always"
