@@ -78,17 +78,18 @@ class Override:
 _MISSING = object()
 
 
-def _lookup(config: dict[str, Any], key: str) -> Any:
+def lookup(config: dict[str, Any], key: str, default: Any = _MISSING) -> Any:
+    """The value at a dotted key, or `default` when a part of the path is missing."""
     node: Any = config
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
-            return _MISSING
+            return default
         node = node[part]
     return node
 
 
 def apply_override(config: dict[str, Any], ov: Override) -> None:
-    current = _lookup(config, ov.key)
+    current = lookup(config, ov.key)
     if ov.prefix == "" and current is _MISSING:
         raise OverrideError(f"{ov.key}={ov.value}: key not in the recipe's config; add it with '+{ov.key}=...'")
     if ov.prefix == "+" and current is not _MISSING and current is not None:

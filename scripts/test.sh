@@ -6,8 +6,10 @@ scripts/bootstrap.sh
 echo "==> ruff"
 .venv/bin/ruff check .
 echo "==> pytest"
+# Four workers on two cores: the slow tests wait on Ray clusters and subprocesses, not the CPU.
+# loadscope keeps each module's (or class's) Ray cluster fixture in one worker.
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n 4 --dist loadscope "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -26,14 +26,9 @@ CI_DIR = CHART / "ci"
 
 def load_chart_program(name: str) -> Any:
     """Import one of the chart's programs (files/<name>.py) as a module."""
-    import importlib.util
+    from generator.chart_programs import load
 
-    path = CHART / "files" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"chart_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load(name)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -24,6 +24,7 @@ def head(tmp_path_factory):
     h = ray_head.start(tmp_path_factory.mktemp("ray-head"))
     yield h
     ray_head.stop(h)
+    assert h.pids() == [], "Ray processes of the test head survived its teardown"
 
 
 @pytest.fixture
@@ -156,7 +157,7 @@ def test_submission_waits_for_the_preparation_marker(head, client, tmp_path):
     created: dict[str, float] = {}
 
     def prepare_later():
-        time.sleep(3)
+        time.sleep(1.5)
         marker.parent.mkdir(parents=True)
         marker.write_text("{}")
         created["at"] = time.time()
@@ -202,7 +203,7 @@ def test_missing_preparation_marker_times_out(head, client, tmp_path):
 def test_a_changed_spec_waits_for_or_stops_the_previous_run(head, client, tmp_path, policy):
     release = f"rel-{uuid.uuid4().hex[:6]}"
     old, new = f"{release}-aaaa", f"{release}-bbbb"
-    sleeps = "import time\nprint('old run', flush=True)\ntime.sleep(6 if __import__('sys').argv[1] == 'short' else 120)\n"
+    sleeps = "import time\nprint('old run', flush=True)\ntime.sleep(3 if __import__('sys').argv[1] == 'short' else 120)\n"
     entry_old = stand_in(tmp_path, "old", sleeps) + (" short" if policy == "wait" else " long")
     client.submit_job(entrypoint=entry_old, submission_id=old, metadata={"nemo-rl-gke.release": release})
     deadline = time.monotonic() + 60
