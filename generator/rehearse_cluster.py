@@ -56,42 +56,91 @@ def _ancestors() -> set[int]:
     return pids
 
 
-def tagged_pids(tag: str) -> list[int]:
-    """Running processes (not this one or its ancestors) whose environment carries the tag."""
+def _parent_map() -> dict[int, int]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                    out[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _in_folder(pid: int, folder: str) -> bool:
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)")
+    except OSError:
+        return False
+    return cwd == folder or cwd.startswith(folder + "/")
+
+
+def tagged_pids(tag: str, folder: Path | None = None) -> list[int]:
+    """Running processes (not this one or its ancestors) whose environment carries the tag, their
+    descendants, and (given a folder) those working in it. Ray's agents rename themselves
+    (setproctitle), which blanks the environment that /proc shows; they are found through their
+    tagged parent or, once orphaned (their raylet ended first), through the folder the cluster's
+    processes run in."""
+    where = str(folder.resolve()) if folder is not None else None
     marker = f"{TAG_ENV}={tag}".encode() + b"\0"
     skip = _ancestors()
-    found = []
     try:
-        entries = os.listdir("/proc")
+        parents = _parent_map()
     except OSError:
         return []
-    for entry in entries:
-        if not entry.isdigit() or int(entry) in skip:
+    found: set[int] = set()
+    for pid in parents:
+        if pid in skip:
+            continue
+        if where is not None and _in_folder(pid, where):
+            found.add(pid)
             continue
         try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
+            with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read()
         except OSError:
             continue
-        if b"\0" + marker in b"\0" + env and _alive(int(entry)):
-            found.append(int(entry))
-    return found
+        if b"\0" + marker in b"\0" + env:
+            found.add(pid)
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found and child not in skip:
+                found.add(child)
+                todo.append(child)
+    return sorted(p for p in found if _alive(p))
 
 
-def end_tagged(tag: str, grace_s: float = 1.0) -> list[int]:
-    """SIGTERM, then SIGKILL, every process carrying the tag; returns those still alive after."""
+def end_tagged(tag: str, folder: Path | None = None, grace_s: float = 1.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every process carrying the tag; returns those still alive after.
+
+    Each scan collects a process's descendants before any is signalled (a child whose parent ends
+    first is re-parented and only its working folder still ties it to the cluster), signals what
+    it has not yet signalled, and ends after two scans in a row find nothing."""
+    signalled: dict[int, int] = {}
+    pids: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = tagged_pids(tag)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
         deadline = time.monotonic() + grace_s
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _alive(p)]
-            time.sleep(0.05)
-        if not pids:
-            return []
-    return tagged_pids(tag)
+        empty_scans = 0
+        while True:
+            pids = {p for p in signalled if _alive(p)} | set(tagged_pids(tag, folder))
+            for pid in sorted(pids):
+                if signalled.get(pid) != sig:  # also those started meanwhile (a raylet may still spawn)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig)
+                    signalled[pid] = sig
+            # twice in a row: a process forked just before its parent ended shows up a moment later
+            empty_scans = empty_scans + 1 if not pids else 0
+            if empty_scans == 2:
+                return []
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+    return sorted(pids)
 
 
 def _alive(pid: int) -> bool:
@@ -213,4 +262,4 @@ class LocalCluster:
                     self._cluster.remove_node(node.handle, allow_graceful=False)
             self.nodes.clear()
             self._cluster = None
-        return end_tagged(self.tag)
+        return end_tagged(self.tag, self.workdir)

@@ -40,7 +40,7 @@ class RayHead:
         }
 
     def pids(self) -> list[int]:
-        return tagged_pids(self.tag)
+        return tagged_pids(self.tag, self.workdir)
 
 
 def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
@@ -52,6 +52,8 @@ def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
         str(BIN / "ray"), "start", "--head", f"--port={gcs}", f"--dashboard-port={dash}",
         "--dashboard-host=127.0.0.1", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
         "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={temp_dir}",
+        # not Ray's fixed defaults (52365, 10001): another cluster on the machine may hold them
+        f"--dashboard-agent-listen-port={free_port()}", f"--ray-client-server-port={free_port()}",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=workdir, env=head.env(), capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
@@ -70,5 +72,5 @@ def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
 
 
 def stop(head: RayHead) -> None:
-    end_tagged(head.tag)
+    end_tagged(head.tag, head.workdir)
     shutil.rmtree(head.temp_dir, ignore_errors=True)
