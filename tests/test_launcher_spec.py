@@ -95,3 +95,22 @@ def test_spec_rendered_by_the_chart_parses(helms):
     assert s.expected_interfaces == [f"eth{i}" for i in range(10)]
     assert s.checkpoint_dir == "/data/nemo-rl/gemma3-27b-gsm8k/checkpoints"
     assert s.wait_for_files[0].startswith("/data/nemo-rl/.prepared/")
+
+
+def test_a_head_that_is_up_but_not_ready_is_retried_other_errors_are_not():
+    spec = launcher.parse_spec({**GOOD, "poll_interval_s": 0.01, "timeouts": {"head_s": 5}})
+    answers = iter([RuntimeError("Request failed with status code 500: No available agent to submit job, please try again later.."), "ok"])
+
+    def call():
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    assert launcher._retry(call, spec) == "ok"
+
+    def broken():
+        raise RuntimeError("Job with submission_id x already exists")
+
+    with pytest.raises(RuntimeError, match="already exists"):
+        launcher._retry(broken, spec)

@@ -277,6 +277,11 @@ class Runs:
         return job_id
 
 
+# Answers of a head that is up but not ready yet: right after start its job agent may not have
+# registered ("No available agent to submit job, please try again later", HTTP 500).
+TRANSIENT = ("connect", "no available agent", "try again later", "503", "502")
+
+
 def _retry(fn: Any, spec: Spec) -> Any:
     deadline = time.monotonic() + spec.timeout("head_s", 3600)
     while True:
@@ -287,10 +292,11 @@ def _retry(fn: Any, spec: Spec) -> Any:
                 raise LaunchFailed(f"Ray head at {spec.address} unreachable: {e}") from None
             time.sleep(spec.poll_interval_s)
         except Exception as e:
-            # requests' ConnectionError derives from OSError; anything else that mentions the
-            # connection is retried too, other errors propagate.
-            if "connect" not in str(e).lower() or time.monotonic() >= deadline:
+            # requests' ConnectionError derives from OSError; other errors that say the head is
+            # not ready are retried too; anything else propagates.
+            if not any(t in str(e).lower() for t in TRANSIENT) or time.monotonic() >= deadline:
                 raise
+            log(f"Ray head not ready ({str(e).splitlines()[0][:120]}); retrying")
             time.sleep(spec.poll_interval_s)
 
 
