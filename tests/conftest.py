@@ -138,3 +138,23 @@ def pod_specs(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
         elif o["kind"] == "Pod":
             out.append((f"pod:{o['metadata']['name']}", {"metadata": o["metadata"], "spec": o["spec"]}))
     return out
+
+
+# --- a real local Ray head, one per test module that asks for it ---------------------------
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    import ray_head
+
+    h = ray_head.start(tmp_path_factory.mktemp("ray-head"))
+    yield h
+    ray_head.stop(h)
+    assert h.pids() == [], "Ray processes of the test head survived its teardown"
+
+
+@pytest.fixture
+def client(head):
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(head.address)
