@@ -37,4 +37,9 @@ def chart_defaults() -> dict[str, Any]:
 
 def as_helm_sees_it(doc: Any) -> Any:
     """The values Helm would use for `helm install -f <doc>`."""
-    return coalesce(chart_defaults(), doc) if isinstance(doc, dict) else doc
+    if not isinstance(doc, dict):
+        return doc
+    merged = coalesce(chart_defaults(), doc)
+    if "global" in doc and doc["global"] is None:
+        merged["global"] = None  # Helm (3.17 and 4) keeps a null `global`, and its schema check rejects it
+    return merged

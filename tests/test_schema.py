@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from jsonschema import Draft202012Validator
 from generator import sync
 from generator.helm import HelmError
 from generator.schema import SCHEMA_PATH, iter_errors, load_schema, resolve_ref
+from generator.validate import validate_values
+from generator.values_merge import as_helm_sees_it
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,3 +140,23 @@ def test_schema_json_is_formatted_for_review():
 def test_a_valid_change_still_renders(helm):
     v = with_changes(values_for(), {"nccl.debug": True})
     assert "NCCL_DEBUG" in render_text(helm, [v])
+
+
+@pytest.mark.parametrize("key", sorted(load_schema()["properties"]))
+def test_a_nulled_section_fails_in_helm_exactly_when_validate_reports_it(helm, key, tmp_path):
+    # `key: null` in a values file deletes the chart's default. Either the chart still renders and
+    # validate is content, or Helm's schema check names the key and validate reports it too: never
+    # a template crash that validate waved through.
+    doc = {**values_for(), key: None}
+    try:
+        render_text(helm, [doc], tmp_dir=tmp_path)
+        helm_error = ""
+    except HelmError as e:
+        helm_error = str(e)
+    errors = [f.key for f in validate_values(as_helm_sees_it(doc)) if f.level == "error"]
+    if not helm_error:
+        assert errors == []
+    else:
+        assert "values don't meet the specifications of the schema" in helm_error, helm_error[-300:]
+        assert re.search(rf"\b{key}\b", helm_error.split("schema", 1)[1]), helm_error[-300:]
+        assert errors == [key]
