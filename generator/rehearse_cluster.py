@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import sys
@@ -33,10 +34,36 @@ OBJECT_STORE_BYTES = 80 * 2**20  # Ray's minimum is 75 MiB
 BIN = Path(sys.executable).parent
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="utf-8") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, for a Ray process to bind a moment later.
+
+    Taken below the kernel's ephemeral range: outgoing connections (Ray's own, many) take their
+    local ports from that range, so a port picked there can be gone before Ray binds it, and a
+    Ray agent that cannot bind ends its node. Above Ray's worker ports (10002-19999)."""
+    low, high = 20000, max(20001, _ephemeral_low() - 1)
+    for _ in range(1000):
+        port = random.randint(low, high)  # noqa: S311 - spreading picks, not a secret
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise OSError(f"no free TCP port between {low} and {high}")
 
 
 def new_tag() -> str:

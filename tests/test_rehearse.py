@@ -13,6 +13,7 @@ import copy
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ import pytest
 import yaml
 
 from generator.rehearse_checkpoints import compare, snapshot
-from generator.rehearse_cluster import TAG_ENV, LocalCluster, tagged_pids
+from generator.rehearse_cluster import TAG_ENV, LocalCluster, free_port, tagged_pids
 from generator.rehearse_launcher import make_spec
 from generator.rehearse_nemo_rl import Failure, virtual_clusters
 from generator.rehearse_plan import override_path, settings
@@ -380,3 +381,13 @@ def test_ctrl_c_while_the_cluster_starts_ends_every_ray_process(tmp_values: Path
     assert proc.returncode == 130, err
     assert "interrupted" in err.splitlines()
     assert tagged_pids(tag) == []
+
+
+def test_ports_for_ray_are_free_distinct_and_below_the_ephemeral_range() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(20000 <= p < low for p in ports)
+    for port in ports[:5]:
+        with socket.socket() as s:
+            s.bind(("", port))  # nothing took it
