@@ -71,19 +71,16 @@ def new_tag() -> str:
     return os.environ.get(TAG_ENV) or f"rh-{uuid.uuid4().hex[:12]}"
 
 
-def _ancestors() -> set[int]:
+def _ancestors(parents: dict[int, int]) -> set[int]:
     pids, pid = {os.getpid()}, os.getpid()
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
+    while pid in parents and pid > 1:
+        pid = parents[pid]
         pids.add(pid)
     return pids
 
 
 def _parent_map() -> dict[int, int]:
+    """Every running process's parent, from /proc."""
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -111,11 +108,11 @@ def tagged_pids(tag: str, folder: Path | None = None) -> list[int]:
     processes run in."""
     where = str(folder.resolve()) if folder is not None else None
     marker = f"{TAG_ENV}={tag}".encode() + b"\0"
-    skip = _ancestors()
     try:
         parents = _parent_map()
     except OSError:
         return []
+    skip = _ancestors(parents)
     found: set[int] = set()
     for pid in parents:
         if pid in skip:

@@ -73,6 +73,7 @@ def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
 
 def stop(head: RayHead) -> None:
     end_tagged(head.tag, head.workdir)
-    # Ray's logs outlive the head in pytest's tmp folder (kept for the last 3 runs), for post-mortems.
-    shutil.copytree(head.temp_dir / "session_latest" / "logs", head.workdir / "ray-logs", dirs_exist_ok=True, ignore_dangling_symlinks=True)
+    logs = head.temp_dir / "session_latest" / "logs"
+    if logs.is_dir():  # kept in pytest's tmp folder (the last 3 runs) for post-mortems
+        shutil.copytree(logs, head.workdir / "ray-logs", dirs_exist_ok=True, ignore_dangling_symlinks=True)
     shutil.rmtree(head.temp_dir, ignore_errors=True)
