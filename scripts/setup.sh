@@ -9,7 +9,12 @@ scripts/bootstrap.sh
 py=.venv/bin/python
 echo "==> generate values files"
 for gpu in b200 h200; do
-  "$py" -m generator --gpu "$gpu" --force
+  if [ -e "values-$gpu.yaml" ]; then
+    # never over a file the user may have edited (README, step 2)
+    echo "  values-$gpu.yaml exists: kept (delete it to write a fresh one)"
+  else
+    "$py" -m generator --gpu "$gpu"
+  fi
 done
 echo "==> validate"
 "$py" -m generator validate values-b200.yaml values-h200.yaml
