@@ -17,14 +17,38 @@ def launch_json(objs):
     return json.loads(cm["data"]["launch.json"])
 
 
-def test_launcher_job_is_named_by_the_run_spec_not_a_hook(helm):
+def test_launcher_job_is_a_plain_job_annotated_with_its_run(helm):
     objs = render(helm)
     job = jobs(objs)["launcher"]
     spec = launch_json(objs)
-    run_hash = spec["submission_id"].rsplit("-", 1)[1]
-    assert job["metadata"]["name"] == f"nemo-rl-run-{run_hash}"
+    assert job["metadata"]["name"].startswith("nemo-rl-run-")
     assert job["metadata"]["annotations"]["nemo-rl-gke/submission-id"] == spec["submission_id"]
     assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
+
+
+# A Job's pod template is immutable: `helm upgrade` can only keep a Job unchanged or replace it by
+# one with another name. Each change below alters some Job's template or none.
+UPGRADES = {
+    "launcher knob": {"launcher.maxRestarts": 9},
+    "launcher resources": {"launcher.resources.requests.cpu": "500m"},
+    "prepare resources": {"prepare.resources.requests.cpu": "3"},
+    "pull policy": {"image.pullPolicy": "Always"},
+    "hf home": {"storage.hfHome": "/data/hf-cache"},
+    "run": {"grpo.extraOverrides": ["grpo.max_num_steps=600"]},
+}
+
+
+@pytest.mark.parametrize("change", sorted(UPGRADES))
+def test_a_job_keeps_its_name_exactly_when_its_pod_template_is_unchanged(helm, change):
+    before = jobs(render(helm, [values_for()]))
+    after = jobs(render(helm, [with_changes(values_for(), UPGRADES[change])]))
+    assert set(before) == set(after) == {"launcher", "prepare"}
+    for component in before:
+        same_template = before[component]["spec"]["template"] == after[component]["spec"]["template"]
+        same_name = before[component]["metadata"]["name"] == after[component]["metadata"]["name"]
+        assert same_name == same_template, (component, change)
+    if change == "launcher knob":
+        assert before == after  # nothing to replace: the running launcher and preparation stay
 
 
 def test_same_spec_same_names_changed_spec_new_names(helm):
@@ -83,7 +107,8 @@ def test_prepare_and_launcher_agree_on_the_marker(helm):
     prep = json.loads(cm["data"]["prepare.json"])
     assert launch_json(objs)["wait_for_files"] == [prep["marker"]]
     assert prep["model"] == "google/gemma-3-27b-it"
-    assert jobs(objs)["prepare"]["metadata"]["name"].endswith(prep["hash"])
+    volumes = jobs(objs)["prepare"]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "run-files", "configMap": {"name": cm["metadata"]["name"]}} in volumes
     assert {"launcher.py", "prepare.py", "launch.json", "prepare.json"} <= set(cm["data"])
 
 

@@ -24,6 +24,11 @@ and one that changes it starts a new launcher. */}}
 {{- dict "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .) "image" (include "nemo-rl-gke.image" .) | toJson | sha256sum | trunc 10 -}}
 {{- end -}}
 
+{{/* The ConfigMap holding the launcher/preparation programs and their specs, per run. */}}
+{{- define "nemo-rl-gke.runConfigMapName" -}}
+{{- printf "%s-run-%s" (include "nemo-rl-gke.fullname" . | trunc 44 | trimSuffix "-") (include "nemo-rl-gke.runHash" .) -}}
+{{- end -}}
+
 {{- define "nemo-rl-gke.submissionId" -}}
 {{- printf "%s-%s" (include "nemo-rl-gke.fullname" . | trunc 40 | trimSuffix "-") (include "nemo-rl-gke.runHash" .) -}}
 {{- end -}}

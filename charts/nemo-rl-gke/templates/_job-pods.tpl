@@ -1,0 +1,97 @@
+{{/* ---------------------------------------------------------------------------------
+Pod templates of the launcher and preparation Jobs. Each Job's name carries a hash of its pod
+template: a Job's template is immutable, so an upgrade that changes anything in it (resources,
+image, the run's ConfigMap, the claim, a Secret name) must create a new Job, and one that changes
+nothing must keep the old one.
+--------------------------------------------------------------------------------- */}}
+
+{{- define "nemo-rl-gke.launcherPod" -}}
+metadata:
+  labels:
+    {{- include "nemo-rl-gke.selectorLabels" (dict "ctx" . "component" "launcher") | nindent 4 }}
+spec:
+  restartPolicy: Never
+  {{- include "nemo-rl-gke.jobPodSecurity" . | nindent 2 }}
+  affinity:
+    # Land next to the Ray head, whose node already holds the NeMo RL image.
+    podAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+        - weight: 100
+          podAffinityTerm:
+            topologyKey: kubernetes.io/hostname
+            labelSelector:
+              matchLabels:
+                ray.io/cluster: {{ include "nemo-rl-gke.fullname" . }}
+                ray.io/node-type: head
+  containers:
+    - name: launcher
+      image: {{ include "nemo-rl-gke.image" . }}
+      imagePullPolicy: {{ .Values.image.pullPolicy | default "IfNotPresent" }}
+      command: ["python", "/etc/nemo-rl-gke/launcher.py", "/etc/nemo-rl-gke/launch.json"]
+      env:
+        - name: PYTHONUNBUFFERED
+          value: "1"
+      {{- include "nemo-rl-gke.containerSecurity" . | nindent 6 }}
+      resources:
+        {{- toYaml .Values.launcher.resources | nindent 8 }}
+      volumeMounts:
+        - name: run-files
+          mountPath: /etc/nemo-rl-gke
+          readOnly: true
+        # Read-only: the launcher only looks at checkpoints and the preparation marker.
+        - name: shared-data
+          mountPath: {{ .Values.storage.mountPath }}
+          readOnly: true
+  volumes:
+    - name: run-files
+      configMap:
+        name: {{ include "nemo-rl-gke.runConfigMapName" . }}
+    - name: shared-data
+      persistentVolumeClaim:
+        claimName: {{ include "nemo-rl-gke.claimName" . }}
+        readOnly: true
+{{- end -}}
+
+{{- define "nemo-rl-gke.preparePod" -}}
+metadata:
+  labels:
+    {{- include "nemo-rl-gke.selectorLabels" (dict "ctx" . "component" "prepare") | nindent 4 }}
+spec:
+  restartPolicy: Never
+  {{- include "nemo-rl-gke.jobPodSecurity" . | nindent 2 }}
+  containers:
+    - name: prepare
+      image: {{ include "nemo-rl-gke.image" . }}
+      imagePullPolicy: {{ .Values.image.pullPolicy | default "IfNotPresent" }}
+      command: ["python", "/etc/nemo-rl-gke/prepare.py", "/etc/nemo-rl-gke/prepare.json"]
+      env:
+        - name: PYTHONUNBUFFERED
+          value: "1"
+        - name: HF_HOME
+          value: {{ .Values.storage.hfHome | quote }}
+        {{- with include "nemo-rl-gke.tokenSecret" . }}
+        {{- if $.Values.secrets.hfTokenKey }}
+        - name: HF_TOKEN
+          valueFrom:
+            secretKeyRef:
+              name: {{ . }}
+              key: {{ $.Values.secrets.hfTokenKey }}
+        {{- end }}
+        {{- end }}
+      {{- include "nemo-rl-gke.containerSecurity" . | nindent 6 }}
+      resources:
+        {{- toYaml .Values.prepare.resources | nindent 8 }}
+      volumeMounts:
+        - name: run-files
+          mountPath: /etc/nemo-rl-gke
+          readOnly: true
+        - name: shared-data
+          mountPath: {{ .Values.storage.mountPath }}
+  volumes:
+    - name: run-files
+      configMap:
+        name: {{ include "nemo-rl-gke.runConfigMapName" . }}
+    - name: shared-data
+      persistentVolumeClaim:
+        claimName: {{ include "nemo-rl-gke.claimName" . }}
+{{- end -}}
