@@ -40,6 +40,8 @@ def test_minimal_spec_parses_with_defaults():
         ({"timeouts": {"gpus": 3}}, "timeouts.gpus: unknown"),
         ({"timeouts": {"gpus_s": -1}}, "timeouts.gpus_s"),
         ({"wait_for_files": ["relative/marker"]}, "not an absolute path"),
+        ({"checkpoint_dir": "results/grpo"}, "checkpoint_dir: 'results/grpo' must be an absolute path"),
+        ({"checkpoint_dir": "/data/../etc"}, "checkpoint_dir: .* without '..'"),
         ({"metadata": {"a": 1}}, "metadata"),
         ({"token": "hf_abc"}, "unknown key 'token'"),
         ({"poll_interval_s": 0}, "poll_interval_s"),

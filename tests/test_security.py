@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import CHART, kinds, load_chart_program, one, pod_specs, render, render_text, values_for, with_changes
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generator.helm import HelmError
@@ -329,6 +329,17 @@ def test_random_spec_files_never_crash_the_launcher_parser(data):
         assert str(e) and "\n" not in str(e)
     else:
         assert isinstance(spec.expected_gpus, int)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=300), json_values.map(lambda v: json.dumps(v).encode())))
+def test_random_spec_file_bytes_never_crash_the_launcher(tmp_path, raw):
+    path = tmp_path / "launch.json"
+    path.write_bytes(raw)
+    try:
+        launcher.load_spec(str(path))
+    except launcher.SpecError as e:
+        assert str(e) and "\n" not in str(e)
 
 
 def test_chart_renders_no_privileged_or_host_network_by_default(helm):

@@ -123,6 +123,9 @@ def parse_spec(data: Any) -> Spec:
     for f in data.get("wait_for_files", []):
         if not f.startswith("/"):
             raise SpecError(f"wait_for_files: {f!r} is not an absolute path")
+    ckpt = data.get("checkpoint_dir") or ""
+    if ckpt and (not ckpt.startswith("/") or ".." in ckpt.split("/") or "\n" in ckpt):
+        raise SpecError(f"checkpoint_dir: {ckpt!r} must be an absolute path on the shared volume, without '..'")
     for k, v in data.get("timeouts", {}).items():
         if k not in TIMEOUT_KEYS:
             raise SpecError(f"timeouts.{k}: unknown (allowed: {', '.join(TIMEOUT_KEYS)})")
