@@ -160,3 +160,31 @@ def test_a_nulled_section_fails_in_helm_exactly_when_validate_reports_it(helm, k
         assert "values don't meet the specifications of the schema" in helm_error, helm_error[-300:]
         assert re.search(rf"\b{key}\b", helm_error.split("schema", 1)[1]), helm_error[-300:]
         assert errors == [key]
+
+
+# Helm 3 checks values with a draft-07 validator: keywords that only 2020-12 knows would be skipped
+# there silently, and draft-07 ignores every keyword beside a `$ref`.
+NEWER_THAN_DRAFT_07 = {
+    "prefixItems", "unevaluatedProperties", "unevaluatedItems", "dependentRequired", "dependentSchemas",
+    "minContains", "maxContains", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+}  # fmt: skip
+ANNOTATIONS = {"description", "title", "default", "examples", "$comment"}
+
+
+def _schemas(node, path="#"):
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _schemas(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _schemas(v, f"{path}/{i}")
+
+
+def test_schema_uses_only_keywords_helm_3_also_enforces():
+    for path, node in _schemas(load_schema()):
+        if path.endswith("/properties") or path.endswith("/$defs"):
+            continue  # keys here are names, not keywords
+        assert not NEWER_THAN_DRAFT_07 & set(node), (path, NEWER_THAN_DRAFT_07 & set(node))
+        if "$ref" in node:
+            assert set(node) - {"$ref"} <= ANNOTATIONS, (path, sorted(node))

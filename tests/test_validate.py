@@ -52,12 +52,24 @@ def test_each_broken_file_fails_naming_its_key(path):
 
 
 def test_the_cli_reports_the_corpus_one_line_per_problem():
-    proc = run_cli("validate", *map(str, INVALID[:12]))
-    assert proc.returncode == 1
-    for path in INVALID[:12]:
+    proc = run_cli("validate", *map(str, INVALID))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    for path in INVALID:
         assert f"{path}: {header(path)['expect']}: " in proc.stdout
     for line in proc.stdout.splitlines():
         assert line.count(": ") >= 2 and "\n" not in line  # FILE: key: message - fix
+
+
+def test_the_cli_reports_the_corpus_as_json_for_ci():
+    proc = run_cli("validate", "--format", "json", *map(str, INVALID))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["valid"] is False
+    by_file = {f["file"]: f for f in report["files"]}
+    for path in INVALID:
+        entry = by_file[str(path)]
+        assert entry["valid"] is False
+        assert header(path)["expect"] in {f["key"] for f in entry["findings"] if f["level"] == "error"}
 
 
 SCHEMA_LEVEL = [p for p in INVALID if header(p)["schema"] == "true"]
