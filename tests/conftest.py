@@ -158,3 +158,9 @@ def client(head):
     from ray.job_submission import JobSubmissionClient
 
     return JobSubmissionClient(head.address)
+
+
+@pytest.fixture(scope="module")
+def tmp_values(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder for a test module's values files."""
+    return tmp_path_factory.mktemp("values")

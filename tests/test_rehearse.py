@@ -1,95 +1,26 @@
-"""`python -m generator rehearse`: the rendered topology, the stand-in's requests on real local Ray
-clusters (green and red), the preemption drill, and cleanup of every Ray process.
-
-Two local clusters are shared by several rehearsals (in-process, `rehearse(..., cluster=...)`):
-the tutorial's shape (head + 2 x 8 GPUs) and a head with 0 Ray CPUs + 1 GPU node. The CLI itself
-runs end to end (own cluster, subprocess) for the worker-CPU case, the drill and Ctrl-C.
-"""
+"""`python -m generator rehearse`: the rendered topology and the run's settings, then the
+stand-in's requests on a real local Ray cluster of the tutorial's shape (head + 2 x 8 GPUs, shared
+in-process by several rehearsals): green runs, NeMo RL's timeouts, the preemption drill.
+Clusters that cannot place the run, and Ray process cleanup: test_rehearse_failures.py."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from rehearse_harness import cli, run_in, start_cluster, with_override, write
 
 from generator.rehearse_checkpoints import compare, snapshot
-from generator.rehearse_cluster import TAG_ENV, LocalCluster, free_port, tagged_pids
+from generator.rehearse_cluster import LocalCluster
 from generator.rehearse_launcher import make_spec
 from generator.rehearse_nemo_rl import Failure, virtual_clusters
 from generator.rehearse_plan import override_path, settings
-from generator.rehearse_run import Request, rehearse, render
+from generator.rehearse_run import Request, render
 from generator.rehearse_topology import node_resources
 from generator.values_builder import Options, build
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-# --- helpers -------------------------------------------------------------------------------------
-
-
-def write(tmp: Path, name: str, values: dict[str, Any]) -> Path:
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(values, sort_keys=False))
-    return path
-
-
-def with_override(values: dict[str, Any], key: str, value: str) -> dict[str, Any]:
-    out = copy.deepcopy(values)
-    out["grpo"]["overrides"] = [o if not o.startswith(f"{key}=") else f"{key}={value}" for o in out["grpo"]["overrides"]]
-    assert f"{key}={value}" in out["grpo"]["overrides"]
-    return out
-
-
-def head_without_cpus(release: str) -> dict[str, Any]:
-    values = build(Options(gpu="h200", nodes=1, release=release))
-    values["head"]["rayStartParams"] = {"num-cpus": "0"}
-    return values
-
-
-def run_in(cluster: LocalCluster, values: Path, **kw: Any) -> tuple[int, str]:
-    lines: list[str] = []
-    rc = rehearse(Request(values, **kw), cluster=cluster, write=lines.append)
-    return rc, "\n".join(lines)
-
-
-def cli(*args: str, tag: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, TAG_ENV: tag}
-    cmd = [sys.executable, "-m", "generator", "rehearse", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-@pytest.fixture(scope="module")
-def tmp_values(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("values")
-
-
-def start_cluster(values: Path) -> Iterator[LocalCluster]:
-    workdir = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))  # short: Ray's socket paths
-    cluster = LocalCluster(workdir, tag=f"rh-test-{uuid.uuid4().hex[:8]}")
-    try:
-        cluster.start(render(Request(values))[1].nodes)
-        yield cluster
-    finally:
-        survivors = cluster.shutdown()
-        shutil.rmtree(workdir, ignore_errors=True)
-    assert survivors == []
-    assert tagged_pids(cluster.tag, workdir) == []
-
 
 # --- without Ray ---------------------------------------------------------------------------------
 
@@ -297,97 +228,3 @@ class TestOnTheTutorialsTopology:
 
 
 # --- a head with 0 Ray CPUs: NeMo RL v0.5.0 blocks, v0.7.0 does not ----------------------------------
-
-
-@pytest.fixture(scope="class")
-def cpuless_head(tmp_values: Path) -> Iterator[LocalCluster]:
-    yield from start_cluster(write(tmp_values, "cpuless-head", head_without_cpus("v0.7.0")))
-
-
-@pytest.mark.ray
-class TestHeadWithoutCpus:
-    def test_v050_blocks_the_venv_reservation(self, cpuless_head: LocalCluster, tmp_values: Path) -> None:
-        rc, out = run_in(cpuless_head, write(tmp_values, "head0-v050", head_without_cpus("v0.5.0")))
-        assert rc == 1, out
-        assert "grpo_policy_cluster-node0: 8 x {CPU: 2, GPU: 1} PACK -> placed on gpu-0" in out
-        assert (
-            "rehearse: FAIL: create_local_venv_on_each_node(VllmGenerationWorker): STRICT_SPREAD placement group of 2 x {CPU: 1} "
-            "never becomes ready; ray.get(pg.ready()) has no timeout, so NeMo RL v0.5.0 waits here forever" in out
-        )
-        assert "no free CPU on head (0 Ray CPUs)" in out
-        assert "rehearse: change head.rayStartParams.num-cpus: set it to at least 1" in out
-
-    def test_v070_leaves_the_head_out(self, cpuless_head: LocalCluster, tmp_values: Path) -> None:
-        rc, out = run_in(cpuless_head, write(tmp_values, "head0-v070", head_without_cpus("v0.7.0")))
-        assert rc == 0, out
-        assert "STRICT_SPREAD 1 x {CPU: 1} on every alive Ray node with CPUs -> placed" in out
-
-
-# --- the CLI end to end: own cluster, cleanup ---------------------------------------------------------
-
-
-@pytest.mark.ray
-def test_worker_cpus_too_few_for_colocated_generation(tmp_values: Path) -> None:
-    values = build(Options(gpu="h200", nodes=1))
-    values["worker"]["resources"]["requests"]["cpu"] = values["worker"]["resources"]["limits"]["cpu"] = "8"
-    tag = f"rh-test-{uuid.uuid4().hex[:8]}"
-    proc = cli(str(write(tmp_values, "worker-cpu8", values)), tag=tag)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    out = proc.stdout
-    assert out.count("Not enough CPUs available. Requested 16 CPUs, but only 14 are available in the cluster.") == 6 + 2
-    assert "Retrying placement group creation... 6/6. Next retry in 32 seconds." in out
-    assert "rehearse: FAIL: ResourceInsufficientError: Maximum number of retries reached (6)." in out
-    assert (
-        "rehearse: change worker.resources.limits.cpu: give each GPU node at least 17 Ray CPUs "
-        "(2 per GPU for the bundles + 1 for the venv reservation)" in out
-    )
-    assert proc.stderr == ""
-    assert tagged_pids(tag) == []
-
-
-def _names(pids: list[int]) -> set[str]:
-    names = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
-    return names
-
-
-@pytest.mark.ray
-def test_ctrl_c_while_the_cluster_starts_ends_every_ray_process(tmp_values: Path) -> None:
-    tag = f"rh-test-{uuid.uuid4().hex[:8]}"
-    path = write(tmp_values, "interrupted", build(Options(gpu="h200", nodes=1)))
-    env = {**os.environ, TAG_ENV: tag}
-    cmd = [sys.executable, "-m", "generator", "rehearse", str(path)]
-    # Its own process group, like a shell job: Ctrl-C sends SIGINT to the whole group.
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    watchdog = threading.Timer(120, proc.kill)
-    watchdog.start()
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("rehearse: local Ray cluster"):
-                break
-        deadline = time.monotonic() + 60
-        while "raylet" not in _names(tagged_pids(tag)) and time.monotonic() < deadline:  # the head node starting
-            time.sleep(0.1)
-        assert "raylet" in _names(tagged_pids(tag))
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
-    assert "interrupted" in err.splitlines()
-    assert tagged_pids(tag) == []
-
-
-def test_ports_for_ray_are_free_distinct_and_below_the_ephemeral_range() -> None:
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    ports = [free_port() for _ in range(50)]
-    assert len(set(ports)) == 50
-    assert all(20000 <= p < low for p in ports)
-    for port in ports[:5]:
-        with socket.socket() as s:
-            s.bind(("", port))  # nothing took it
