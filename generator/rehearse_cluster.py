@@ -232,7 +232,14 @@ class LocalCluster:
             "num_gpus": spec.gpus,
             "object_store_memory": OBJECT_STORE_BYTES,
             "labels": {NODE_LABEL: spec.name},
+            # None of Ray's fixed default ports (agent 52365; workers and agent gRPC from 10002
+            # up): the other nodes here, or another Ray cluster on the machine, would take them too.
             "dashboard_agent_listen_port": free_port(),
+            "metrics_agent_port": free_port(),
+            "runtime_env_agent_port": free_port(),
+            "metrics_export_port": free_port(),
+            "min_worker_port": 0,
+            "max_worker_port": 0,
         }
         if spec.cpus is not None:
             args["num_cpus"] = spec.cpus

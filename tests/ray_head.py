@@ -52,8 +52,12 @@ def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
         str(BIN / "ray"), "start", "--head", f"--port={gcs}", f"--dashboard-port={dash}",
         "--dashboard-host=127.0.0.1", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
         "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={temp_dir}",
-        # not Ray's fixed defaults (52365, 10001): another cluster on the machine may hold them
-        f"--dashboard-agent-listen-port={free_port()}", f"--ray-client-server-port={free_port()}",
+        # None of Ray's fixed defaults (agent 52365, client 10001, workers and agent gRPC from 10002
+        # up): another Ray cluster on the machine starting at the same moment takes the same ones,
+        # and a raylet whose agent cannot bind ends itself.
+        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+        f"--ray-client-server-port={free_port()}", "--min-worker-port=0", "--max-worker-port=0",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=workdir, env=head.env(), capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
