@@ -111,8 +111,12 @@ def test_a_head_that_is_up_but_not_ready_is_retried_other_errors_are_not():
 
     assert launcher._retry(call, spec) == "ok"
 
+    calls = []
+
     def broken():
-        raise RuntimeError("Job with submission_id x already exists")
+        calls.append(1)
+        raise RuntimeError("Job with submission_id nemo-rl-5031a502ff already exists")
 
     with pytest.raises(RuntimeError, match="already exists"):
         launcher._retry(broken, spec)
+    assert len(calls) == 1  # not retried, though the id holds "503" and "502"

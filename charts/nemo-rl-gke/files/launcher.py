@@ -282,7 +282,8 @@ class Runs:
 
 # Answers of a head that is up but not ready yet: right after start its job agent may not have
 # registered ("No available agent to submit job, please try again later", HTTP 500).
-TRANSIENT = ("connect", "no available agent", "try again later", "503", "502")
+# Whole phrases: submission ids are hex hashes, so a bare "503" could match one in a real error.
+TRANSIENT = ("connect", "no available agent", "try again later", "status code 502", "status code 503")
 
 
 def _retry(fn: Any, spec: Spec) -> Any:
