@@ -46,11 +46,12 @@ def _ephemeral_low() -> int:
 
 
 def free_port() -> int:
-    """A port nothing listens on, for a Ray process to bind a moment later.
+    """A port nothing listens on, for a Ray server whose address must be known before it starts
+    (GCS, dashboard, client server); everything else in Ray binds port 0.
 
-    Taken below the kernel's ephemeral range: outgoing connections (Ray's own, many) take their
-    local ports from that range, so a port picked there can be gone before Ray binds it, and a
-    Ray agent that cannot bind ends its node. Above Ray's worker ports (10002-19999)."""
+    Taken below the kernel's ephemeral range: outgoing connections and port-0 binds (Ray's own,
+    many) take their ports from that range, so a port picked there can be gone before Ray binds
+    it. Above Ray's default worker ports (10002-19999)."""
     low, high = 20000, max(20001, _ephemeral_low() - 1)
     for _ in range(1000):
         port = random.randint(low, high)  # noqa: S311 - spreading picks, not a secret
@@ -232,12 +233,13 @@ class LocalCluster:
             "num_gpus": spec.gpus,
             "object_store_memory": OBJECT_STORE_BYTES,
             "labels": {NODE_LABEL: spec.name},
-            # None of Ray's fixed default ports (agent 52365; workers and agent gRPC from 10002
-            # up): the other nodes here, or another Ray cluster on the machine, would take them too.
-            "dashboard_agent_listen_port": free_port(),
-            "metrics_agent_port": free_port(),
-            "runtime_env_agent_port": free_port(),
-            "metrics_export_port": free_port(),
+            # Port 0: the kernel picks, atomically. Ray's fixed defaults (agent 52365, workers from
+            # 10002) clash with the other nodes here or another Ray cluster on the machine, and a
+            # port picked beforehand can be taken before the agent binds it.
+            "dashboard_agent_listen_port": 0,
+            "metrics_agent_port": 0,
+            "runtime_env_agent_port": 0,
+            "metrics_export_port": 0,
             "min_worker_port": 0,
             "max_worker_port": 0,
         }

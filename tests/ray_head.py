@@ -52,12 +52,12 @@ def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
         str(BIN / "ray"), "start", "--head", f"--port={gcs}", f"--dashboard-port={dash}",
         "--dashboard-host=127.0.0.1", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
         "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={temp_dir}",
-        # None of Ray's fixed defaults (agent 52365, client 10001, workers and agent gRPC from 10002
-        # up): another Ray cluster on the machine starting at the same moment takes the same ones,
-        # and a raylet whose agent cannot bind ends itself.
-        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
-        f"--ray-client-server-port={free_port()}", "--min-worker-port=0", "--max-worker-port=0",
+        # Agents and workers bind port 0 (the kernel picks, atomically), never Ray's fixed defaults
+        # (agent 52365, workers from 10002) or a port picked beforehand: another Ray cluster starting
+        # at the same moment could take it, and an agent that cannot bind serves no jobs.
+        "--dashboard-agent-listen-port=0", "--dashboard-agent-grpc-port=0", "--runtime-env-agent-port=0",
+        "--metrics-export-port=0", "--min-worker-port=0", "--max-worker-port=0",
+        f"--ray-client-server-port={free_port()}",  # Ray refuses 0 here
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=workdir, env=head.env(), capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:

@@ -1,6 +1,6 @@
 """`python -m generator rehearse` on local Ray clusters that cannot place the run (a head without
 CPUs, too few worker CPUs), and the Ray processes it starts: ended on Ctrl-C, on ports that
-nothing else takes."""
+nothing else takes, beside another rehearsal."""
 
 from __future__ import annotations
 
@@ -115,3 +115,26 @@ def test_ports_for_ray_are_free_distinct_and_below_the_ephemeral_range() -> None
     for port in ports[:5]:
         with socket.socket() as s:
             s.bind(("", port))  # nothing took it
+
+
+@pytest.mark.ray
+def test_two_rehearsals_started_at_the_same_moment_both_pass(tmp_values: Path) -> None:
+    # Each cluster's agents bind ports the kernel picks: with Ray's fixed defaults, or ports picked
+    # before the agents bind, one cluster's agent could not bind and its jobs found no agent.
+    path = write(tmp_values, "side-by-side", build(Options(gpu="h200", nodes=1)))
+    tags = [f"rh-test-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    cmd = [sys.executable, "-m", "generator", "rehearse", str(path)]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, TAG_ENV: tag}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for tag in tags
+    ]
+    try:
+        results = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, out[-2000:] + err[-2000:]
+        assert "rehearse: PASS: every resource request was placed" in out
+    assert [tagged_pids(tag) for tag in tags] == [[], []]
