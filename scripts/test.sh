@@ -9,7 +9,7 @@ echo "==> pytest"
 # Six workers on two cores: the slow tests wait on Ray clusters and subprocesses, not the CPU
 # (measured: about 230 s serial, 175 s with 6 workers).
 # loadfile: each test file runs in one worker, so a module's Ray cluster fixture starts once
-# (three local Ray clusters at most: the two launcher files and the rehearsals).
+# (the two launcher files and the two rehearsal files: five local Ray clusters at most).
 # (Not loadgroup: with pytest 9.2 pytest-xdist 3.8 ignores xdist_group marks.)
 set +e
 .venv/bin/python -m pytest -n 6 --dist loadfile "$@"

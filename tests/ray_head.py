@@ -43,7 +43,19 @@ class RayHead:
         return tagged_pids(self.tag, self.workdir)
 
 
-def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
+def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8, attempts: int = 3) -> RayHead:
+    """A head on free ports; started again on new ones if another process took a port first
+    (GCS, dashboard and client ports are picked before Ray binds them)."""
+    errors = []
+    for _ in range(attempts):
+        head, error = _start_once(workdir, num_cpus, num_gpus)
+        if head is not None:
+            return head
+        errors.append(error)
+    raise RuntimeError(f"Ray head did not start in {attempts} attempts: " + " | ".join(errors))
+
+
+def _start_once(workdir: Path, num_cpus: int, num_gpus: int) -> tuple[RayHead | None, str]:
     workdir.mkdir(parents=True, exist_ok=True)  # a folder holding no `ray` folder
     gcs, dash = free_port(), free_port()
     temp_dir = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
@@ -62,17 +74,17 @@ def start(workdir: Path, num_cpus: int = 2, num_gpus: int = 8) -> RayHead:
     proc = subprocess.run(cmd, cwd=workdir, env=head.env(), capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         stop(head)
-        raise RuntimeError(f"ray start failed: {proc.stderr[-2000:]}")
+        return None, f"ray start failed: {proc.stderr[-2000:]}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"{head.address}/api/gcs_healthz", timeout=2) as r:  # noqa: S310 - http to the local head
                 if r.status == 200:
-                    return head
+                    return head, ""
         except OSError:
             time.sleep(0.5)
     stop(head)
-    raise RuntimeError("Ray dashboard did not come up within 90 s")
+    return None, "Ray dashboard did not come up within 90 s"
 
 
 def stop(head: RayHead) -> None:
