@@ -36,6 +36,10 @@ def make_spec(rendered: Rendered, address: str, entrypoint: str, checkpoint_dir:
         timeouts=LAUNCHER_TIMEOUTS,
         poll_interval_s=POLL_S,
     )
+    local_ray = _local_ray_version()
+    if spec.get("ray_version") and spec["ray_version"] != local_ray:
+        notes.append(f"ray_version {spec['ray_version']} -> {local_ray} (the local Ray)")
+        spec["ray_version"] = local_ray
     if not spec.get("follow", False):
         spec["follow"] = True
         notes.append("follow false -> true (to see the run's end)")
@@ -47,6 +51,12 @@ def make_spec(rendered: Rendered, address: str, entrypoint: str, checkpoint_dir:
         spec["max_restarts"] = 0
         notes.append(f"max_restarts {restarts} -> 0 (a placement failure fails every attempt alike)")
     return spec, notes
+
+
+def _local_ray_version() -> str:
+    from importlib.metadata import version
+
+    return version("ray")
 
 
 def _end_with_parent() -> None:

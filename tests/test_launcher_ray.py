@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import ray
 from launcher_harness import SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in
 
 pytestmark = pytest.mark.ray
@@ -13,7 +14,8 @@ pytestmark = pytest.mark.ray
 
 def test_a_run_that_succeeds_is_submitted_once_and_followed(head, client, tmp_path):
     rid = new_id()
-    proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=stand_in(tmp_path, "ok", SUCCEEDS), expected_gpus=8, follow=True)
+    entry = stand_in(tmp_path, "ok", SUCCEEDS)
+    proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, ray_version=ray.__version__)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "grpo step 2 reward 0.5" in proc.stdout  # logs streamed
     assert f"attempt 1 submitted as {rid}; starts from step 0" in proc.stdout
@@ -39,6 +41,17 @@ def test_a_run_that_fails_exits_nonzero_with_a_message(head, client, tmp_path):
     assert "Not enough GPUs available" in proc.stdout
     assert f"{rid} FAILED and no restarts are left (0 allowed)" in proc.stdout
     assert jobs_with_prefix(client, rid) == {rid: "FAILED"}
+
+
+def test_a_head_on_another_ray_version_gets_no_run(head, client, tmp_path):
+    # What a `helm upgrade` to another image leaves: KubeRay keeps the old Ray pods running.
+    rid = new_id()
+    entry = stand_in(tmp_path, "ok", SUCCEEDS)
+    proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, ray_version="2.49.2")
+    assert proc.returncode == 1
+    assert f"FAILED: the Ray head runs Ray {ray.__version__}, but this release's image has Ray 2.49.2" in proc.stdout
+    assert "`helm uninstall` and install again" in proc.stdout
+    assert jobs_with_prefix(client, rid) == {}  # nothing submitted
 
 
 def test_too_few_gpus_times_out_with_a_clear_message(head, client, tmp_path):

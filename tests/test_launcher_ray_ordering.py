@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+import ray
 from launcher_harness import SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in
 
 pytestmark = pytest.mark.ray
@@ -94,7 +95,15 @@ def test_a_changed_spec_waits_for_or_stops_the_previous_run(head, client, tmp_pa
 
 def test_helm_test_check_passes_when_the_cluster_matches(head, tmp_path):
     proc = run_launcher(
-        head, tmp_path, check=True, submission_id=new_id(), entrypoint="true", expected_gpus=8, expected_nodes=1, expected_interfaces=["lo"]
+        head,
+        tmp_path,
+        check=True,
+        submission_id=new_id(),
+        entrypoint="true",
+        expected_gpus=8,
+        expected_nodes=1,
+        expected_interfaces=["lo"],
+        ray_version=ray.__version__,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "nodes: 1, GPUs: 8" in proc.stdout
@@ -111,8 +120,10 @@ def test_helm_test_check_fails_on_missing_gpus_nodes_and_nics(head, tmp_path):
         expected_gpus=16,
         expected_nodes=3,
         expected_interfaces=["lo", "eth9"],
+        ray_version="2.54.0",
     )
     assert proc.returncode == 1
+    assert f"FAIL: the Ray head runs Ray {ray.__version__}, but this release's image has Ray 2.54.0" in proc.stdout
     assert "FAIL: 8 GPUs in the cluster, expected 16" in proc.stdout
     assert "FAIL: 1 Ray nodes alive, expected 3" in proc.stdout
     assert "lacks eth9 (RDMA NICs not attached?)" in proc.stdout

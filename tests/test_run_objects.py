@@ -26,6 +26,12 @@ def test_launcher_job_is_a_plain_job_annotated_with_its_run(helm):
     assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
 
 
+def test_the_launcher_knows_the_ray_version_of_the_release_image(helm):
+    for release, ray_version in (("v0.5.0", "2.49.2"), ("v0.7.0", "2.55.1")):
+        values = values_for(release=release)
+        assert launch_json(render(helm, [values]))["ray_version"] == values["rayVersion"] == ray_version
+
+
 # A Job's pod template is immutable: `helm upgrade` can only keep a Job unchanged or replace it by
 # one with another name. Each change below alters some Job's template or none.
 UPGRADES = {
@@ -47,8 +53,22 @@ def test_a_job_keeps_its_name_exactly_when_its_pod_template_is_unchanged(helm, c
         same_template = before[component]["spec"]["template"] == after[component]["spec"]["template"]
         same_name = before[component]["metadata"]["name"] == after[component]["metadata"]["name"]
         assert same_name == same_template, (component, change)
-    if change == "launcher knob":
-        assert before == after  # nothing to replace: the running launcher and preparation stay
+
+
+def test_a_changed_launcher_setting_starts_a_new_launcher_of_the_same_run(helm):
+    # After a timeout the launcher Job has failed: raising the timeout must bring a new one (which
+    # finds the run by its submission id) instead of only editing a ConfigMap nobody reads.
+    base = values_for()
+    before = render(helm, [base])
+    after = render(helm, [with_changes(base, {"launcher.timeouts.gpusSeconds": 20000})])
+    assert launch_json(after)["timeouts"]["gpus_s"] == 20000
+    assert launch_json(after)["submission_id"] == launch_json(before)["submission_id"]
+    old_job, new_job = jobs(before)["launcher"], jobs(after)["launcher"]
+    assert new_job["metadata"]["name"] != old_job["metadata"]["name"]
+    (cm,) = (c for c in kinds(after, "ConfigMap") if "launch.json" in c["data"])
+    mounted = {v["configMap"]["name"] for v in new_job["spec"]["template"]["spec"]["volumes"] if "configMap" in v}
+    assert mounted == {cm["metadata"]["name"]}
+    assert cm["metadata"]["name"] not in {c["metadata"]["name"] for c in kinds(before, "ConfigMap")}
 
 
 def test_same_spec_same_names_changed_spec_new_names(helm):
@@ -59,7 +79,7 @@ def test_same_spec_same_names_changed_spec_new_names(helm):
     changed = render(helm, [with_changes(base, {"grpo.overrides": steps})])
     assert launch_json(changed)["submission_id"] != a["submission_id"]
     assert jobs(changed)["launcher"]["metadata"]["name"] != jobs(render(helm, [base]))["launcher"]["metadata"]["name"]
-    # Launcher knobs are not part of the run: same Job, same submission id.
+    # Launcher knobs are not part of the run: same submission id (a new launcher Job follows it).
     knob = render(helm, [with_changes(base, {"launcher.maxRestarts": 9})])
     assert launch_json(knob)["submission_id"] == a["submission_id"] and launch_json(knob)["max_restarts"] == 9
 

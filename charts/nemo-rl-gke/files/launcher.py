@@ -62,6 +62,7 @@ class Spec:
     poll_interval_s: float = 10.0
     metadata: dict[str, str] = field(default_factory=dict)
     expected_interfaces: list[str] = field(default_factory=list)
+    ray_version: str = ""
 
     def timeout(self, name: str, default: float) -> float:
         return float(self.timeouts.get(name, default))
@@ -83,6 +84,7 @@ SPEC_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "poll_interval_s": ((int, float), False),
     "metadata": ((dict,), False),
     "expected_interfaces": ((list,), False),
+    "ray_version": ((str,), False),
 }
 TIMEOUT_KEYS = ("files_s", "head_s", "gpus_s", "previous_s", "running_s")
 
@@ -185,6 +187,31 @@ def head_healthy(address: str) -> bool:
             return r.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def head_ray_version(address: str) -> str:
+    """The Ray version the head runs, from the Jobs API ("" when it does not say)."""
+    try:
+        with urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=10) as r:  # noqa: S310 - http(s) checked in parse_spec
+            return str(json.loads(r.read(1 << 16)).get("ray_version") or "")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return ""
+
+
+def version_mismatch(spec: Spec) -> str:
+    """Why the head cannot run this spec's image ("" when it can or cannot tell).
+
+    KubeRay does not replace running Ray pods when the RayCluster's template changes: after a
+    `helm upgrade` to another image, the head and workers still run the old one, and a run of the
+    new release's code would fail there, attempt after attempt."""
+    running = head_ray_version(spec.address) if spec.ray_version else ""
+    if not running or running == spec.ray_version:
+        return ""
+    return (
+        f"the Ray head runs Ray {running}, but this release's image has Ray {spec.ray_version}: the Ray pods "
+        "still run the previous image (KubeRay does not replace running pods); `helm uninstall` and install "
+        "again to change the image (the volume and its checkpoints are kept)"
+    )
 
 
 def alive_nodes(address: str) -> list[dict[str, Any]]:
@@ -373,6 +400,8 @@ def wait_for_prerequisites(spec: Spec) -> None:
         "is the head pod Running? kubectl get pods -l ray.io/node-type=head",
     )
     log("Ray head is healthy")
+    if why := version_mismatch(spec):
+        raise LaunchFailed(why)
     wait_for_gpus(spec)
 
 
@@ -486,7 +515,7 @@ def check(spec: Spec) -> int:
     _wait(f"the Ray head at {spec.address}", spec.timeout("head_s", 600), spec.poll_interval_s, lambda: head_healthy(spec.address), "")
     nodes = alive_nodes(spec.address)
     gpus = sum(float(n["resources"].get("GPU", 0)) for n in nodes)
-    problems = []
+    problems = [why] if (why := version_mismatch(spec)) else []
     if spec.expected_nodes and len(nodes) != spec.expected_nodes:
         problems.append(f"{len(nodes)} Ray nodes alive, expected {spec.expected_nodes} (head + GPU workers)")
     if gpus != spec.expected_gpus:

@@ -17,16 +17,27 @@ cd {{ .Values.grpo.codeDir | default "/opt/nemo-rl" }} && uv run python {{ .Valu
 {{- range concat .Values.grpo.overrides (.Values.grpo.extraOverrides | default list) }} {{ squote . }}{{ end }}
 {{- end -}}
 
-{{/* Identity of the run: a hash of what defines it (command and image). The same spec always
-gives the same Job name and Ray submission id, so an upgrade that keeps the spec submits nothing
-and one that changes it starts a new launcher. */}}
+{{/* Identity of the run: a hash of what defines it (command and image). The same run always
+gives the same Ray submission id, so a new launcher of an unchanged run submits nothing, and a
+changed run is submitted anew. */}}
 {{- define "nemo-rl-gke.runHash" -}}
 {{- dict "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .) "image" (include "nemo-rl-gke.image" .) | toJson | sha256sum | trunc 10 -}}
 {{- end -}}
 
-{{/* The ConfigMap holding the launcher/preparation programs and their specs, per run. */}}
+{{/* The data of the ConfigMap the launcher and preparation Jobs read: their programs and specs. */}}
+{{- define "nemo-rl-gke.runConfigData" -}}
+{{ (.Files.Glob "files/*.py").AsConfig }}
+launch.json: |
+  {{- include "nemo-rl-gke.launchSpec" . | fromJson | toPrettyJson | nindent 2 }}
+prepare.json: |
+  {{- include "nemo-rl-gke.prepareSpec" . | fromJson | toPrettyJson | nindent 2 }}
+{{- end -}}
+
+{{/* Named by a hash of its whole data: any change to what the Jobs read (a launcher timeout,
+maxRestarts, the programs) renames it, and so the Jobs whose pods mount it; a launcher that
+already ended runs again with the new settings. */}}
 {{- define "nemo-rl-gke.runConfigMapName" -}}
-{{- printf "%s-run-%s" (include "nemo-rl-gke.fullname" . | trunc 44 | trimSuffix "-") (include "nemo-rl-gke.runHash" .) -}}
+{{- printf "%s-run-%s" (include "nemo-rl-gke.fullname" . | trunc 44 | trimSuffix "-") (include "nemo-rl-gke.runConfigData" . | sha256sum | trunc 10) -}}
 {{- end -}}
 
 {{- define "nemo-rl-gke.submissionId" -}}
@@ -62,6 +73,7 @@ and one that changes it starts a new launcher. */}}
     "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .)
     "expected_gpus" (mul $nodes .Values.accelerator.gpusPerNode)
     "expected_nodes" (add $nodes 1)
+    "ray_version" (toString .Values.rayVersion)
     "checkpoint_dir" (include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "checkpointing.checkpoint_dir"))
     "wait_for_files" $waitFor
     "follow" .Values.launcher.follow
