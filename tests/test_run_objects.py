@@ -177,3 +177,16 @@ def test_the_entrypoint_never_holds_a_token(helm):
     spec = launch_json(render(helm, [values_for(wandb=True)]))
     assert "HF_TOKEN" not in spec["entrypoint"] and "WANDB" not in spec["entrypoint"]
     assert "runtime_env" not in spec
+
+
+def test_the_head_service_is_named_so_every_kuberay_version_creates_what_the_launcher_calls(helm):
+    # KubeRay before 1.4 cuts a generated "<name>-head-svc" over 50 characters from the front;
+    # a name given in headService is used as it is by every version.
+    release = "nemo-rl-gemma3-27b-gsm8k-h200-spot-experiment1"
+    objs = render(helm, release=release, namespace="ml")
+    svc = one(objs, "RayCluster")["spec"]["headGroupSpec"]["headService"]["metadata"]
+    assert svc["name"] == f"{release}-head-svc"
+    assert svc["labels"]["app.kubernetes.io/instance"] == release
+    assert launch_json(objs)["address"] == f"http://{release}-head-svc.ml.svc.cluster.local:8265"
+    longest = render(helm, release="r" * 53)
+    assert len(one(longest, "RayCluster")["spec"]["headGroupSpec"]["headService"]["metadata"]["name"]) <= 63

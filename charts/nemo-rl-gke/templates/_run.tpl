@@ -44,6 +44,11 @@ already ended runs again with the new settings. */}}
 {{- printf "%s-%s" (include "nemo-rl-gke.fullname" . | trunc 40 | trimSuffix "-") (include "nemo-rl-gke.runHash" .) -}}
 {{- end -}}
 
+{{/* The Ray head's Service (at most 62 characters: the release name is at most 53). */}}
+{{- define "nemo-rl-gke.headServiceName" -}}
+{{- printf "%s-head-svc" (include "nemo-rl-gke.fullname" .) -}}
+{{- end -}}
+
 {{- define "nemo-rl-gke.workerNodes" -}}
 {{- $n := 0 -}}
 {{- range .Values.workerGroups }}{{ $n = add $n .replicas }}{{ end -}}
@@ -68,7 +73,7 @@ already ended runs again with the new settings. */}}
 {{- if .Values.prepare.enabled }}{{ $waitFor = append $waitFor (include "nemo-rl-gke.prepareSpec" . | fromJson).marker }}{{ end -}}
 {{- $t := .Values.launcher.timeouts | default dict -}}
 {{- $spec := dict
-    "address" (printf "http://%s-head-svc.%s.svc.cluster.local:8265" $fullname .Release.Namespace)
+    "address" (printf "http://%s.%s.svc.cluster.local:8265" (include "nemo-rl-gke.headServiceName" .) .Release.Namespace)
     "submission_id" (include "nemo-rl-gke.submissionId" .)
     "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .)
     "expected_gpus" (mul $nodes .Values.accelerator.gpusPerNode)
