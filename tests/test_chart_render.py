@@ -107,11 +107,19 @@ def test_every_object_and_pod_carries_the_standard_labels(helm, scenario):
 def test_common_labels_reach_objects_and_pods(helm):
     objs = render(helm, [CI_DIR / "h200-multi-group-values.yaml"])
     assert all(o["metadata"]["labels"]["cost-center"] == "ml-research" for o in objs)
-    assert all(t["metadata"]["labels"]["cost-center"] == "ml-research" for _, t in ray_pod_specs(objs))
-    # Job pod templates are immutable: they carry only the stable selector labels.
+    assert all(t["metadata"]["labels"]["cost-center"] == "ml-research" for _, t in pod_specs(objs))
+    # A Job is named by a hash of its pod template: no label there changes with the chart's version.
     for name, t in pod_specs(objs):
         if name.startswith("job:"):
-            assert "cost-center" not in t["metadata"]["labels"] and "helm.sh/chart" not in t["metadata"]["labels"], name
+            assert "helm.sh/chart" not in t["metadata"]["labels"] and "app.kubernetes.io/version" not in t["metadata"]["labels"], name
+
+
+def test_the_version_label_is_the_nemo_rl_release_running(helm):
+    objs = render(helm, [values_for(release="v0.5.0")])
+    assert {o["metadata"]["labels"]["app.kubernetes.io/version"] for o in objs} == {"v0.5.0"}
+    long_tag = "v0.7.0-" + "a" * 55 + "._b" + "c" * 40  # a valid image tag; its first 63 characters end in "."
+    objs = render(helm, [with_changes(values_for(), {"image.tag": long_tag})])
+    assert {o["metadata"]["labels"]["app.kubernetes.io/version"] for o in objs} == {"v0.7.0-" + "a" * 55}
 
 
 @pytest.mark.parametrize("release", ["nemo-rl", "team-b-grpo"])

@@ -93,7 +93,13 @@ def test_job_names_fit_63_characters(helm):
 def test_job_pod_templates_carry_only_stable_labels(helm):
     for name, tpl in pod_specs(render(helm)):
         if name.startswith("job:"):
-            assert set(tpl["metadata"]["labels"]) == {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"}
+            assert set(tpl["metadata"]["labels"]) == {
+                "app.kubernetes.io/name",
+                "app.kubernetes.io/instance",
+                "app.kubernetes.io/component",
+                "app.kubernetes.io/part-of",
+                "app.kubernetes.io/managed-by",
+            }
 
 
 def test_launcher_holds_no_token_and_reads_the_shared_volume_read_only(helm):

@@ -30,16 +30,23 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* All labels of an object. Call with (dict "ctx" $ "component" "ray-head"). */}}
-{{- define "nemo-rl-gke.labels" -}}
+{{/* Labels that change only when the user changes them: for the pod templates of Jobs, whose
+names carry a hash of the template (a chart bump must not replace a running launcher). */}}
+{{- define "nemo-rl-gke.stableLabels" -}}
 {{ include "nemo-rl-gke.selectorLabels" . }}
-app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: {{ include "nemo-rl-gke.name" .ctx }}
 app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
-helm.sh/chart: {{ include "nemo-rl-gke.chart" .ctx }}
 {{- with .ctx.Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/* All labels of an object. Call with (dict "ctx" $ "component" "ray-head"). The version is
+that of NeMo RL the release runs (its image tag), not the chart's default. */}}
+{{- define "nemo-rl-gke.labels" -}}
+{{ include "nemo-rl-gke.stableLabels" . }}
+app.kubernetes.io/version: {{ regexReplaceAll "[-._]+$" (.ctx.Values.image.tag | trunc 63) "" | quote }}
+helm.sh/chart: {{ include "nemo-rl-gke.chart" .ctx }}
 {{- end -}}
 
 {{- define "nemo-rl-gke.serviceAccountName" -}}

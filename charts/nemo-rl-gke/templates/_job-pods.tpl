@@ -8,7 +8,7 @@ nothing must keep the old one.
 {{- define "nemo-rl-gke.launcherPod" -}}
 metadata:
   labels:
-    {{- include "nemo-rl-gke.selectorLabels" (dict "ctx" . "component" "launcher") | nindent 4 }}
+    {{- include "nemo-rl-gke.stableLabels" (dict "ctx" . "component" "launcher") | nindent 4 }}
 spec:
   restartPolicy: Never
   {{- include "nemo-rl-gke.jobPodSecurity" . | nindent 2 }}
@@ -55,7 +55,7 @@ spec:
 {{- define "nemo-rl-gke.preparePod" -}}
 metadata:
   labels:
-    {{- include "nemo-rl-gke.selectorLabels" (dict "ctx" . "component" "prepare") | nindent 4 }}
+    {{- include "nemo-rl-gke.stableLabels" (dict "ctx" . "component" "prepare") | nindent 4 }}
 spec:
   restartPolicy: Never
   {{- include "nemo-rl-gke.jobPodSecurity" . | nindent 2 }}
