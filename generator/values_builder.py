@@ -13,7 +13,9 @@ PROVISIONING = ("spot", "on-demand", "flex-start", "reservation")
 
 HEAD_CPU = 6
 HEAD_MEMORY_GIB = 24
-HEAD_SHM_GIB = 8
+# Ray sizes the head's object store at 30% of the pod's memory but not under 10 GB (when /dev/shm is
+# smaller); an object store larger than /dev/shm goes to /tmp, the container's disk.
+HEAD_SHM_GIB = 12
 
 
 @dataclass(frozen=True)

@@ -61,3 +61,20 @@ def test_parse_quantity_rejects(bad):
 def test_gib():
     assert gib("240Gi") == 240
     assert gib("1024Mi") == 1
+
+
+@pytest.mark.parametrize("gpu", ["b200", "h200"])
+def test_each_ray_object_store_fits_its_pods_dev_shm(gpu, monkeypatch):
+    # Ray's own sizing (30% of the pod's memory, capped near /dev/shm but never under 10 GB); an
+    # object store larger than /dev/shm goes to /tmp, the container's disk. /dev/shm here is the
+    # pod's, the one thing this machine cannot have.
+    from ray._private import utils as ray_utils
+
+    from generator.values_builder import Options, build
+
+    values = build(Options(gpu=gpu))
+    for role in ("head", "worker"):
+        shm = int(parse_quantity(values[role]["shmSize"]))
+        memory = int(parse_quantity(values[role]["resources"]["limits"]["memory"]))
+        monkeypatch.setattr(ray_utils, "get_shared_memory_bytes", lambda shm=shm: shm)
+        assert ray_utils.resolve_object_store_memory(memory) <= shm, role
