@@ -52,6 +52,11 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage-claim", default="", help="use this existing ReadWriteMany PVC instead of a static Lustre volume")
     p.add_argument("--network-prefix", default=networks.DEFAULT_PREFIX, help="prefix of the VPC and subnet names (same as for `infra`)")
     p.add_argument(
+        "--existing-networks",
+        action="store_true",
+        help="the cluster already has the GKE Network objects (another release made them): leave them out (network.createObjects: false)",
+    )
+    p.add_argument(
         "--provisioning",
         default="spot",
         choices=("spot", "on-demand", "flex-start", "reservation"),

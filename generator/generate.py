@@ -36,6 +36,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         name=args.name,
         storage_claim=args.storage_claim,
         network_prefix=args.network_prefix,
+        existing_networks=args.existing_networks,
         provisioning=args.provisioning,
         reservation=args.reservation,
         release=args.release,
@@ -85,6 +86,8 @@ def canonical_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--groups", ",".join(map(str, opts.groups))]
     if opts.wandb:
         argv.append("--wandb")
+    if opts.existing_networks:
+        argv.append("--existing-networks")
     return argv
 
 

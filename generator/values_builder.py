@@ -48,6 +48,7 @@ class Options:
     name: str = ""
     storage_claim: str = ""
     network_prefix: str = networks.DEFAULT_PREFIX
+    existing_networks: bool = False  # cluster-scoped objects another release already owns
     provisioning: str = "spot"
     reservation: str = ""
     release: str = releases.DEFAULT_RELEASE
@@ -81,11 +82,11 @@ def accelerator_values(gpu: str) -> dict[str, Any]:
     }
 
 
-def network_values(prefix: str, rdma_nics: int) -> dict[str, Any]:
+def network_values(prefix: str, rdma_nics: int, create_objects: bool = True) -> dict[str, Any]:
     plan = networks.plan(prefix, rdma_nics)
     return {
         "mode": "rdma",
-        "createObjects": True,
+        "createObjects": create_objects,
         "defaultNetwork": networks.DEFAULT_NETWORK,
         "gvnic": {"name": plan.gvnic.name, "vpc": plan.gvnic.vpc, "subnet": plan.gvnic.subnet},
         "rdma": [{"name": n.name, "vpc": n.vpc, "subnet": n.subnet} for n in plan.rdma],
@@ -223,7 +224,7 @@ def build(opts: Options) -> dict[str, Any]:
         "imagePullSecrets": [],
         "rayVersion": rel.ray_version,
         "serviceAccount": {"create": True, "name": "", "annotations": {}},
-        "network": network_values(opts.network_prefix, p.rdma_nics),
+        "network": network_values(opts.network_prefix, p.rdma_nics, create_objects=not opts.existing_networks),
         "nccl": {"debug": False, "extraEnv": {}},
         "storage": {
             "mountPath": MOUNT_PATH,

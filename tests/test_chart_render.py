@@ -513,6 +513,10 @@ def test_notes_explain_how_to_watch_and_reach_the_dashboard(helms):
     assert "kubectl port-forward -n ml service/nemo-rl-head-svc 8265:8265" in notes
     assert "2 x a3-ultragpu-8g (16 x H200 GPUs)" in notes
     assert "placeholder instance" in notes
+    assert "This release owns the cluster-wide GKE network objects (gvnic-1, rdma-0..rdma-7)" in notes
+    assert "--existing-networks" in notes
+    quiet = helm.run(["install", "nemo-rl", str(CHART), "--dry-run=client", "--set", "network.createObjects=false"])
+    assert "owns the cluster-wide" not in quiet.split("NOTES:", 1)[1]
 
 
 def test_rendered_yaml_is_plain(helm):

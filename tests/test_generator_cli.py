@@ -42,7 +42,7 @@ def test_options_change_the_values(tmp_path):
     proc = run(
         "--gpu", "h200", "--nodes", "4", "--name", "grpo-a", "--storage-claim", "my-lustre",
         "--network-prefix", "team1", "--provisioning", "reservation", "--reservation", "res-1",
-        "-o", "custom.yaml", cwd=tmp_path,
+        "--existing-networks", "-o", "custom.yaml", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     v = yaml.safe_load((tmp_path / "custom.yaml").read_text())
@@ -53,7 +53,9 @@ def test_options_change_the_values(tmp_path):
     assert v["storage"]["existingClaim"] == "my-lustre"
     assert v["network"]["gvnic"]["vpc"] == "team1-gvnic-net"
     assert v["network"]["rdma"][7]["subnet"] == "team1-rdma-sub-7"
+    assert v["network"]["createObjects"] is False
     assert "--nodes 4" in (tmp_path / "custom.yaml").read_text().splitlines()[1]
+    assert (tmp_path / "custom.yaml").read_text().splitlines()[1].endswith(" --existing-networks")
 
 
 def test_refuses_to_overwrite_a_different_file_without_force(tmp_path):
