@@ -11,6 +11,7 @@ from conftest import CHART, CI_DIR, kinds, one, pod_specs, ray_pod_specs, render
 
 from generator.helm import HelmError
 from generator.manifests import validate_documents
+from generator.validate import validate_values
 
 SCENARIOS = sorted(CI_DIR.glob("*.yaml"))
 SCENARIO_IDS = [p.stem for p in SCENARIOS]
@@ -498,6 +499,42 @@ def test_workload_identity_annotation(helm):
     v = with_changes(values_for(), {"serviceAccount.annotations": {"iam.gke.io/gcp-service-account": "rl@p.iam.gserviceaccount.com"}})
     sa = one(render(helm, [v]), "ServiceAccount")
     assert sa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "rl@p.iam.gserviceaccount.com"}
+
+
+# Strings that YAML would read as numbers, booleans or null, in every field a user names: each must
+# render as the same string (unquoted, "1234" became a number and the object was invalid).
+NUMBER_LIKE = {
+    "secrets.existingSecret": "1234",
+    "secrets.hfTokenKey": "0",
+    "secrets.wandbApiKeyKey": "2",
+    "storage.existingClaim": "0x10",
+    "serviceAccount.name": "true",
+    "nameOverride": "123",
+    "kueue.enabled": True,
+    "kueue.queueName": "1234",
+    "extraEnv": [{"name": "true", "value": "x"}],
+}
+NUMBER_LIKE_EXTERNAL = {
+    "secrets.source": "external",
+    "secrets.existingSecret": "",
+    "secrets.hfTokenKey": "0",
+    "secrets.external.storeName": "1234",
+    "secrets.external.hfTokenRemoteKey": "42",
+}
+
+
+@pytest.mark.parametrize(("wandb", "changes"), [(True, NUMBER_LIKE), (False, NUMBER_LIKE_EXTERNAL)], ids=["names", "external-secret"])
+def test_number_like_strings_render_as_strings(helm, wandb, changes):
+    values = with_changes(values_for(wandb=wandb), changes)
+    values["network"]["rdma"][0]["name"] = "true"
+    assert [f for f in validate_values(values) if f.level == "error"] == []
+    objs = render(helm, [values])
+    assert validate_documents(objs) == []
+    text = json.dumps(objs)
+    for key, value in changes.items():
+        if isinstance(value, str) and value and key != "secrets.source":
+            assert json.dumps(value) in text, key
+    assert '"name": "true"' in text  # the first RDMA network, in its objects and the pod annotation
 
 
 # --- NOTES --------------------------------------------------------------------------------

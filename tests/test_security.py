@@ -228,12 +228,21 @@ def _ray_and_jobs(objs):
     return rc, sorted(j["metadata"]["name"] for j in kinds(objs, "Job"))
 
 
-def test_upgrade_with_the_same_run_spec_changes_no_pod_and_no_job(helm):
+def test_upgrade_with_the_same_values_changes_nothing(helm):
+    assert render(helm, [values_for()]) == render(helm, [values_for()])
+
+
+def test_upgrade_of_launcher_settings_keeps_the_ray_pods_and_the_run(helm):
     before = render(helm, [values_for()])
     after = render(helm, [with_changes(values_for(), {"launcher.maxRestarts": 5, "launcher.timeouts.gpusSeconds": 60})])
     (rc1, jobs1), (rc2, jobs2) = _ray_and_jobs(before), _ray_and_jobs(after)
-    assert rc1 == rc2 and jobs1 == jobs2
-    assert [j["spec"]["template"] for j in kinds(before, "Job")] == [j["spec"]["template"] for j in kinds(after, "Job")]
+    assert rc1 == rc2  # no Ray pod changes
+    assert jobs1 != jobs2  # a new launcher reads the new settings ...
+    ids = [
+        {j["metadata"]["annotations"]["nemo-rl-gke/submission-id"] for j in kinds(objs, "Job") if "annotations" in j["metadata"]}
+        for objs in (before, after)
+    ]
+    assert ids[0] == ids[1] and len(ids[0]) == 1  # ... of the same run, which it finds and does not submit again
 
 
 def test_upgrade_with_a_new_run_spec_starts_a_new_launcher_and_rollback_restores(helm):

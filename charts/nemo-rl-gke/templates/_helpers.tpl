@@ -25,7 +25,7 @@ characters or that are not DNS-1035 labels, so fail here with a message instead.
 
 {{/* Selector labels: stable across upgrades (used by pod templates of immutable objects). */}}
 {{- define "nemo-rl-gke.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "nemo-rl-gke.name" .ctx }}
+app.kubernetes.io/name: {{ include "nemo-rl-gke.name" .ctx | quote }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
@@ -34,7 +34,7 @@ app.kubernetes.io/component: {{ .component }}
 names carry a hash of the template (a chart bump must not replace a running launcher). */}}
 {{- define "nemo-rl-gke.stableLabels" -}}
 {{ include "nemo-rl-gke.selectorLabels" . }}
-app.kubernetes.io/part-of: {{ include "nemo-rl-gke.name" .ctx }}
+app.kubernetes.io/part-of: {{ include "nemo-rl-gke.name" .ctx | quote }}
 app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- with .ctx.Values.commonLabels }}
 {{ toYaml . }}
@@ -110,7 +110,7 @@ Ray containers. Head and workers get the same environment: NeMo RL forwards the 
 - name: HF_HOME
   value: {{ .Values.storage.hfHome | quote }}
 {{- range $k, $v := (include "nemo-rl-gke.ncclEnvMap" . | fromJson) }}
-- name: {{ $k }}
+- name: {{ $k | quote }}
   value: {{ $v | quote }}
 {{- end }}
 {{- with include "nemo-rl-gke.tokenSecret" . }}
@@ -118,19 +118,19 @@ Ray containers. Head and workers get the same environment: NeMo RL forwards the 
 - name: HF_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ . }}
-      key: {{ $.Values.secrets.hfTokenKey }}
+      name: {{ . | quote }}
+      key: {{ $.Values.secrets.hfTokenKey | quote }}
 {{- end }}
 {{- if $.Values.secrets.wandbApiKeyKey }}
 - name: WANDB_API_KEY
   valueFrom:
     secretKeyRef:
-      name: {{ . }}
-      key: {{ $.Values.secrets.wandbApiKeyKey }}
+      name: {{ . | quote }}
+      key: {{ $.Values.secrets.wandbApiKeyKey | quote }}
 {{- end }}
 {{- end }}
 {{- range .Values.extraEnv }}
-- name: {{ .name }}
+- name: {{ .name | quote }}
   value: {{ .value | quote }}
 {{- end }}
 {{- end -}}
@@ -182,7 +182,7 @@ exec ${KUBERAY_GEN_RAY_START_CMD}
 {{- define "nemo-rl-gke.commonVolumes" -}}
 - name: shared-data
   persistentVolumeClaim:
-    claimName: {{ include "nemo-rl-gke.claimName" .ctx }}
+    claimName: {{ include "nemo-rl-gke.claimName" .ctx | quote }}
 - name: dshm
   emptyDir:
     medium: Memory

@@ -48,7 +48,7 @@ spec:
         name: {{ include "nemo-rl-gke.runConfigMapName" . }}
     - name: shared-data
       persistentVolumeClaim:
-        claimName: {{ include "nemo-rl-gke.claimName" . }}
+        claimName: {{ include "nemo-rl-gke.claimName" . | quote }}
         readOnly: true
 {{- end -}}
 
@@ -74,8 +74,8 @@ spec:
         - name: HF_TOKEN
           valueFrom:
             secretKeyRef:
-              name: {{ . }}
-              key: {{ $.Values.secrets.hfTokenKey }}
+              name: {{ . | quote }}
+              key: {{ $.Values.secrets.hfTokenKey | quote }}
         {{- end }}
         {{- end }}
       {{- include "nemo-rl-gke.containerSecurity" . | nindent 6 }}
@@ -93,5 +93,5 @@ spec:
         name: {{ include "nemo-rl-gke.runConfigMapName" . }}
     - name: shared-data
       persistentVolumeClaim:
-        claimName: {{ include "nemo-rl-gke.claimName" . }}
+        claimName: {{ include "nemo-rl-gke.claimName" . | quote }}
 {{- end -}}

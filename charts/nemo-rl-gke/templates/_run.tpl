@@ -98,7 +98,7 @@ already ended runs again with the new settings. */}}
 {{/* Pod settings shared by the launcher, preparation and test pods: they need no Kubernetes
 API token, no privileges, and run on CPU nodes. */}}
 {{- define "nemo-rl-gke.jobPodSecurity" -}}
-serviceAccountName: {{ include "nemo-rl-gke.serviceAccountName" . }}
+serviceAccountName: {{ include "nemo-rl-gke.serviceAccountName" . | quote }}
 automountServiceAccountToken: false
 securityContext:
   seccompProfile:
