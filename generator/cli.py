@@ -46,7 +46,7 @@ def _count(flag: str, minimum: int) -> Callable[[str], int]:
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, choices=ACCELERATORS, help="accelerator profile of the GPU nodes")
-    p.add_argument("--nodes", type=_positive_nodes, default=2, help="GPU worker nodes (8 GPUs each), 1-64; default 2")
+    p.add_argument("--nodes", type=_positive_nodes, default=None, help="GPU worker nodes (8 GPUs each), 1-64; default 2")
     p.add_argument("-o", "--output", type=Path, help="values file to write; default values-<gpu>.yaml in the current folder")
     p.add_argument("--name", default="", help="RayCluster/object name prefix (fullnameOverride); default: the Helm release name")
     p.add_argument("--storage-claim", default="", help="use this existing ReadWriteMany PVC instead of a static Lustre volume")
@@ -58,11 +58,11 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--provisioning",
-        default="spot",
+        default=None,
         choices=("spot", "on-demand", "flex-start", "reservation"),
         help="how GPU nodes are obtained; default spot",
     )
-    p.add_argument("--reservation", default="", help="reservation name (with --provisioning reservation)")
+    p.add_argument("--reservation", default=None, help="reservation name (with --provisioning reservation)")
     p.add_argument(
         "--groups",
         default="",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .findings import ERROR
 from .validate import validate_values
-from .values_builder import GroupSpec, Options, build, total_nodes
+from .values_builder import MAX_NODES, GroupSpec, Options, build, total_nodes
 from .values_io import InputError, dump_values, write_atomic
 
 
@@ -24,21 +24,32 @@ def header(argv: list[str]) -> str:
 
 def _groups(text: str) -> tuple[GroupSpec, ...]:
     try:
-        return tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
+        groups = tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
     except ValueError as e:
         raise InputError(str(e)) from None
+    if sum(g.replicas for g in groups) > MAX_NODES:
+        raise InputError(f"--groups: {sum(g.replicas for g in groups)} GPU nodes in all; at most {MAX_NODES}")
+    return groups
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
+    given = [
+        flag
+        for flag, value in (("--nodes", args.nodes), ("--provisioning", args.provisioning), ("--reservation", args.reservation))
+        if value is not None
+    ]
+    if args.groups and given:
+        raise InputError(f"--groups sets each group's nodes, provisioning and reservation: drop {', '.join(given)}")
+    defaults = Options(gpu=args.gpu)
     return Options(
         gpu=args.gpu,
-        nodes=args.nodes,
+        nodes=defaults.nodes if args.nodes is None else args.nodes,
         name=args.name,
         storage_claim=args.storage_claim,
         network_prefix=args.network_prefix,
         existing_networks=args.existing_networks,
-        provisioning=args.provisioning,
-        reservation=args.reservation,
+        provisioning=defaults.provisioning if args.provisioning is None else args.provisioning,
+        reservation=defaults.reservation if args.reservation is None else args.reservation,
         release=args.release,
         model=args.model,
         generation_nodes=args.generation_nodes,

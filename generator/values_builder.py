@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from .resources import worker_sizing
 
 PROVISIONING = ("spot", "on-demand", "flex-start", "reservation")
 
+MAX_NODES = 64  # GPU worker nodes in one values file
 HEAD_CPU = 6
 HEAD_MEMORY_GIB = 24
 # Ray sizes the head's object store at 30% of the pod's memory but not under 10 GB (when /dev/shm is
@@ -30,8 +32,10 @@ class GroupSpec:
         """NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a."""
         name, sep, rest = text.partition("=")
         parts = rest.split(":") if sep else []
-        if not name or not parts or len(parts) > 3 or not parts[0].isdigit():
+        if not name or not parts or len(parts) > 3 or not re.fullmatch(r"[0-9]{1,6}", parts[0]):
             raise ValueError(f"--groups entry {text!r}: use NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a")
+        if not 1 <= int(parts[0]) <= MAX_NODES:
+            raise ValueError(f"--groups entry {text!r}: REPLICAS must be between 1 and {MAX_NODES}")
         prov = parts[1] if len(parts) > 1 else "spot"
         if prov not in PROVISIONING:
             raise ValueError(f"--groups entry {text!r}: provisioning must be one of {', '.join(PROVISIONING)}")
