@@ -7,8 +7,10 @@ names the option and exit status 1. The script goes to stdout, or atomically to 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -85,13 +87,13 @@ def _check(ok: bool, option: str, message: str) -> None:
 def options_from_args(args: argparse.Namespace) -> InfraOptions:
     """Validated options; raises _Invalid naming the first bad option."""
     _check(
-        bool(PROJECT_ID.match(args.project)),
+        bool(PROJECT_ID.fullmatch(args.project)),
         "--project",
         f"{args.project!r} is not a project id (6-30 lowercase letters, digits or '-', starting with a letter, not ending with '-')",
     )
-    _check(bool(REGION.match(args.region)), "--region", f"{args.region!r} is not a region name such as us-central1")
+    _check(bool(REGION.fullmatch(args.region)), "--region", f"{args.region!r} is not a region name such as us-central1")
     _check(
-        args.zone.startswith(args.region) and bool(ZONE_SUFFIX.match(args.zone[len(args.region) :])),
+        args.zone.startswith(args.region) and bool(ZONE_SUFFIX.fullmatch(args.zone[len(args.region) :])),
         "--zone",
         f"{args.zone!r} is not a zone of region {args.region} (such as {args.region}-a)",
     )
@@ -103,14 +105,14 @@ def options_from_args(args: argparse.Namespace) -> InfraOptions:
     if args.provisioning == "reservation":
         _check(bool(args.reservation), "--reservation", "required with --provisioning reservation")
         _check(
-            bool(GCE_NAME.match(args.reservation) or RESERVATION_PATH.match(args.reservation)),
+            bool(GCE_NAME.fullmatch(args.reservation) or RESERVATION_PATH.fullmatch(args.reservation)),
             "--reservation",
             f"{args.reservation!r} is neither a reservation name nor projects/P/reservations/R[/reservationBlocks/B]",
         )
     else:
         _check(not args.reservation, "--reservation", f"only with --provisioning reservation (got --provisioning {args.provisioning})")
     _check(
-        bool(CLUSTER_NAME.match(args.cluster)),
+        bool(CLUSTER_NAME.fullmatch(args.cluster)),
         "--cluster",
         f"{args.cluster!r} is not a lowercase RFC 1035 name of at most 40 characters",
     )
@@ -120,13 +122,13 @@ def options_from_args(args: argparse.Namespace) -> InfraOptions:
         "--lustre-capacity-gib",
         f"must be a multiple of {tier_min} with --lustre-throughput {args.lustre_throughput}, got {args.lustre_capacity_gib}",
     )
-    _check(bool(DNS_LABEL.match(args.namespace)), "--namespace", f"{args.namespace!r} is not a lowercase RFC 1123 label")
-    _check(bool(DNS_LABEL.match(args.ksa)), "--ksa", f"{args.ksa!r} is not a lowercase RFC 1123 label")
+    _check(bool(DNS_LABEL.fullmatch(args.namespace)), "--namespace", f"{args.namespace!r} is not a lowercase RFC 1123 label")
+    _check(bool(DNS_LABEL.fullmatch(args.ksa)), "--ksa", f"{args.ksa!r} is not a lowercase RFC 1123 label")
     disk = args.preload_image_disk
     if disk:
         _check(args.mode == "standard", "--preload-image-disk", "only with --mode standard (Autopilot has no node pools to attach it to)")
         _check(
-            bool(GCE_NAME.match(disk) or IMAGE_PATH.match(disk)),
+            bool(GCE_NAME.fullmatch(disk) or IMAGE_PATH.fullmatch(disk)),
             "--preload-image-disk",
             f"{disk!r} is neither an image name nor projects/P/global/images/NAME",
         )
@@ -152,11 +154,20 @@ def options_from_args(args: argparse.Namespace) -> InfraOptions:
     bucket = opts.bucket_name
     source = "--bucket" if args.bucket else "--bucket (default <project>-<cluster>)"
     _check(
-        bool(BUCKET_NAME.match(bucket)) and ".." not in bucket and "google" not in bucket and not bucket.startswith("goog"),
+        bool(BUCKET_NAME.fullmatch(bucket)) and ".." not in bucket and "google" not in bucket and not bucket.startswith("goog"),
         source,
         f"{bucket!r} is not a bucket name (3-63 lowercase letters, digits, '-', '_' or '.'; no 'google')",
     )
+    _check(not _is_ip_address(bucket), source, f"{bucket!r} is an IP address; Cloud Storage refuses those as bucket names")
     return opts
+
+
+def _is_ip_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def canonical_argv(opts: InfraOptions) -> str:
@@ -180,7 +191,7 @@ def canonical_argv(opts: InfraOptions) -> str:
         value = getattr(opts, field)
         if value != getattr(DEFAULTS, field):
             argv += [flag, str(value)]
-    return " ".join(argv)
+    return shlex.join(argv)
 
 
 def run(args: argparse.Namespace) -> int:

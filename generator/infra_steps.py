@@ -10,6 +10,7 @@ completed by running the script again.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from . import networks
@@ -400,8 +401,16 @@ def generate_command(o: InfraOptions) -> str:
         argv += ["--network-prefix", o.network_prefix]
     argv += ["--provisioning", o.provisioning]
     if o.reservation:
-        argv += ["--reservation", o.reservation]
-    return " ".join(argv)
+        # Pods select the reservation by its name (cloud.google.com/reservation-name), also when
+        # the node pool was given its full path.
+        argv += ["--reservation", reservation_name(o.reservation)]
+    return " ".join(argv[:1] + [shlex.quote(a) for a in argv[1:]])
+
+
+def reservation_name(reservation: str) -> str:
+    """R of projects/P/reservations/R[/reservationBlocks/B], or the name as given."""
+    parts = reservation.split("/")
+    return parts[3] if len(parts) >= 4 and parts[0] == "projects" and parts[2] == "reservations" else reservation
 
 
 def bring_up_steps(o: InfraOptions) -> list[Step]:

@@ -521,6 +521,16 @@ def test_printed_next_steps_write_values_that_the_chart_renders_with_the_lustre_
         assert ray["spec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"] == "nemo-rl-ksa"
 
 
+def test_a_reservation_path_gives_the_values_command_its_name(tmp_path, capsys):
+    path = "projects/other-proj/reservations/res-a/reservationBlocks/blk-1"
+    assert cli.main(["infra", "--gpu", "h200", *BASE, "--provisioning", "reservation", "--reservation", path]) == 0
+    script = capsys.readouterr().out
+    assert f"RESERVATION={path}" in script or f"RESERVATION='{path}'" in script  # the node pool takes the path
+    (line,) = [ln.strip() for ln in script.splitlines() if ln.strip().startswith("python -m generator --gpu")]
+    assert line.endswith("--provisioning reservation --reservation res-a")
+    assert cli.main([*line.split()[3:], "-o", str(tmp_path / "v.yaml")]) == 0  # the printed command works
+
+
 # --- the generator command itself --------------------------------------------------------------
 
 
@@ -585,6 +595,16 @@ BAD_INPUTS = [
     (["--bucket", "goog-data"], "--bucket"),
     (["--bucket", "ab"], "--bucket"),
     (["--project", LONG_PROJECT, "--cluster", "c" * 40], "--bucket"),
+    (["--bucket", "192.168.1.1"], "--bucket"),
+    # "$" in a pattern matches before a final newline; each would have split the script's header
+    (["--zone", "us-central1-b\n"], "--zone"),
+    (["--project", "my-project\n"], "--project"),
+    (["--cluster", "nemo-rl\n"], "--cluster"),
+    (["--namespace", "ml\n"], "--namespace"),
+    (["--ksa", "ksa\n"], "--ksa"),
+    (["--provisioning", "reservation", "--reservation", "res\n"], "--reservation"),
+    (["--preload-image-disk", "img\n"], "--preload-image-disk"),
+    (["--bucket", "my-bucket\n"], "--bucket"),
 ]
 
 
