@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import grpo, networks, releases
 from .profiles import ACCELERATORS
+from .values_builder import MAX_NODES
 from .values_io import InputError
 
 SUBCOMMANDS = ("generate", "validate", "render", "infra", "rehearse")
@@ -26,8 +27,8 @@ def _positive_nodes(text: str) -> int:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--nodes must be a whole number, got {text!r}") from None
-    if not 1 <= n <= 64:
-        raise argparse.ArgumentTypeError(f"--nodes must be between 1 and 64, got {n}")
+    if not 1 <= n <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"--nodes must be between 1 and {MAX_NODES}, got {n}")
     return n
 
 

@@ -27,8 +27,9 @@ def _groups(text: str) -> tuple[GroupSpec, ...]:
         groups = tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
     except ValueError as e:
         raise InputError(str(e)) from None
-    if sum(g.replicas for g in groups) > MAX_NODES:
-        raise InputError(f"--groups: {sum(g.replicas for g in groups)} GPU nodes in all; at most {MAX_NODES}")
+    total = sum(g.replicas for g in groups)
+    if total > MAX_NODES:
+        raise InputError(f"--groups: {total} GPU nodes in all; at most {MAX_NODES}")
     return groups
 
 
