@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .helm import DEFAULT_RELEASE
-
-MAX_NODES_LIMIT = 64
+from .values_builder import MAX_NODES
 
 
 def _max_nodes(text: str) -> int:
@@ -24,8 +23,8 @@ def _max_nodes(text: str) -> int:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--max-nodes must be a whole number, got {text!r}") from None
-    if not 1 <= n <= MAX_NODES_LIMIT:
-        raise argparse.ArgumentTypeError(f"--max-nodes must be between 1 and {MAX_NODES_LIMIT}, got {n}")
+    if not 1 <= n <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"--max-nodes must be between 1 and {MAX_NODES}, got {n}")
     return n
 
 
