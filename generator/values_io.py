@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import stat
 import tempfile
 import textwrap
 from pathlib import Path
@@ -54,15 +55,53 @@ def parse_yaml(text: str, source: str) -> Any:
     return {} if doc is None else doc
 
 
-def load_values(path: Path) -> Any:
+def _kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_limited(path: Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of the regular file `path` (one more than allowed shows it is too
+    large). Refuses anything else without reading it: a FIFO, a device, a directory."""
     try:
-        raw = path.read_bytes()
+        # O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a values file") from None
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path}: is a directory, not a values file")
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{path}: is {_kind(mode)}, not a values file; give a regular file")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def load_values(path: Path) -> Any:
+    raw = read_limited(path, MAX_BYTES)
     if len(raw) > MAX_BYTES:
         raise InputError(f"{path}: larger than {MAX_BYTES // 1024} KiB; not a values file")
     try:
