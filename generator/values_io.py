@@ -172,35 +172,101 @@ def dump_values(values: dict[str, Any], header: str) -> str:
     return lines + "\n" + buf.getvalue()
 
 
+def _cannot_write(path: Path, e: OSError) -> InputError:
+    return InputError(f"{path}: cannot write: {e.strerror or e}")
+
+
+def _write_target(path: Path, force: bool) -> tuple[Path, os.stat_result | None]:
+    """The file that writing `path` replaces (a symlink's target: the link stays) and its
+    current status, or None when it does not exist yet. Refuses what must not be replaced."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path, None
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    if stat.S_ISLNK(st.st_mode):
+        target = Path(os.path.realpath(path))
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            # A dangling link is something the user put there: only --force writes its target.
+            if not force:
+                raise InputError(
+                    f"{path}: is a symlink to {target}, which does not exist; use --force to create it or -o to write elsewhere"
+                ) from None
+            return target, None
+        except OSError as e:
+            raise _cannot_write(path, e) from None
+    else:
+        target = path
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: is a directory; give a file name with -o")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: is {_kind(st.st_mode)}, not a regular file; give a file name with -o")
+    return target, st
+
+
+def _same_content(path: Path, data: bytes) -> bool:
+    """Whether the regular file `path` holds exactly `data`; reads at most len(data) + 1 bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        chunks, size = [], 0
+        while size <= len(data):
+            chunk = os.read(fd, len(data) + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: Path, text: str, force: bool) -> str:
     """Write `text` to `path` atomically. Returns 'written' or 'unchanged'.
 
-    An existing file with other content is only replaced with force=True.
+    An existing file with other content is only replaced with force=True; it keeps its
+    permission bits. A symlink is written through: its target is the file replaced (a dangling
+    link needs force=True). Anything but a regular file (device, FIFO, socket, directory) is
+    refused and never read. Errors are InputError with one line naming `path`.
     """
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; give a file name with -o")
-    if path.exists():
-        try:
-            current = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            current = None
-        if current == text:
+    data = text.encode("utf-8")
+    target, st = _write_target(path, force)
+    if st is not None:
+        if _same_content(target, data):
             return "unchanged"
         if not force:
             raise InputError(f"{path}: exists and differs; use --force to overwrite it or -o to write elsewhere")
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"{directory}: no such directory")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    directory = target.parent if str(target.parent) else Path(".")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        if not directory.is_dir():
+            raise InputError(f"{directory}: no such directory")
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o644
+    tmp: str | None = None
+    try:
+        # A short temp name: a legal 250-byte file name plus a prefix would exceed NAME_MAX.
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return "written"

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_DIR = ROOT / "charts" / "nemo-rl-gke" / "ci"
@@ -46,6 +50,77 @@ def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> Non
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# --- write_atomic: generate -o and infra -o ------------------------------------------------
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_device_target_is_refused_without_reading_it(tmp_path, force):
+    proc = run("--gpu", "h200", "-o", "/dev/zero", *force, cwd=tmp_path)
+    one_line_error(proc, "/dev/zero", "character device", "-o")
+    assert stat.S_ISCHR(os.stat("/dev/zero").st_mode)
+
+
+@pytest.mark.parametrize("command", [("--gpu", "h200"), INFRA])
+def test_a_fifo_target_is_refused_even_with_force_and_stays_a_fifo(tmp_path, command):
+    fifo = tmp_path / "v.yaml"
+    os.mkfifo(fifo)
+    proc = run(*command, "-o", str(fifo), "--force", cwd=tmp_path)
+    one_line_error(proc, str(fifo), "named pipe")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["v.yaml"]
+
+
+def test_a_symlink_is_written_through_and_its_target_keeps_its_mode(tmp_path):
+    real = tmp_path / "real.yaml"
+    real.write_text("mine: 1\n")
+    real.chmod(0o600)
+    link = tmp_path / "link.yaml"
+    link.symlink_to("real.yaml")
+    refused = run("--gpu", "h200", "-o", "link.yaml", cwd=tmp_path)
+    one_line_error(refused, "link.yaml", "--force")
+    assert real.read_text() == "mine: 1\n"
+
+    proc = run("--gpu", "h200", "-o", "link.yaml", "--force", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == "real.yaml"
+    assert yaml.safe_load(real.read_text())["accelerator"]["type"] == "h200"
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml", "real.yaml"]
+    again = run("--gpu", "h200", "-o", "link.yaml", cwd=tmp_path)
+    assert again.returncode == 0 and "unchanged" in again.stderr
+
+
+def test_a_dangling_symlink_needs_force_and_then_creates_its_target(tmp_path):
+    (tmp_path / "shared").mkdir()
+    link = tmp_path / "v.yaml"
+    link.symlink_to("shared/values.yaml")
+    proc = run("--gpu", "h200", "-o", "v.yaml", cwd=tmp_path)
+    one_line_error(proc, "v.yaml", "does not exist", "--force")
+    assert link.is_symlink() and not (tmp_path / "shared" / "values.yaml").exists()
+
+    proc = run("--gpu", "h200", "-o", "v.yaml", "--force", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink()
+    assert yaml.safe_load((tmp_path / "shared" / "values.yaml").read_text())["accelerator"]["type"] == "h200"
+
+
+def test_a_long_legal_file_name_is_written(tmp_path):
+    name = "v" * 245 + ".yaml"  # 250 bytes: legal, but too long with a prefix and suffix added
+    proc = run("--gpu", "h200", "-o", name, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [("/proc/x.yaml", "cannot write"), ("v" * 300 + ".yaml", "File name too long"), ("loop", "symbolic links")],
+)
+def test_write_errors_are_one_line_naming_the_file(tmp_path, target, reason):
+    (tmp_path / "loop").symlink_to("loop")
+    proc = run("--gpu", "h200", "-o", target, cwd=tmp_path)
+    one_line_error(proc, f"{target}: cannot write: ", reason)
 
 
 # --- load_values: validate -----------------------------------------------------------------

@@ -107,7 +107,8 @@ def test_unwritable_target_leaves_no_partial_file(tmp_path):
             assert proc.returncode == 0
             assert yaml.safe_load((tmp_path / "ro" / "v.yaml").read_text())["accelerator"]["type"] == "h200"
         else:
-            assert proc.returncode != 0
+            assert proc.returncode == 2
+            assert proc.stderr == "error: ro/v.yaml: cannot write: Permission denied\n"
             assert list((tmp_path / "ro").iterdir()) == []
     finally:
         os.chmod(tmp_path / "ro", 0o700)
@@ -123,7 +124,7 @@ def test_interrupted_write_leaves_no_temp_and_keeps_old_file(tmp_path, monkeypat
         raise OSError("disk full")
 
     monkeypatch.setattr(values_io.os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(values_io.InputError, match=r"v\.yaml: cannot write: disk full$"):
         values_io.write_atomic(target, "new\n", force=True)
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["v.yaml"]
