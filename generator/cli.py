@@ -150,7 +150,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     ren = sub.add_parser("render", help="render the chart with the pinned Helm and validate every object")
     ren.add_argument("files", nargs="+", type=Path, metavar="VALUES")
     ren.add_argument("--out", type=Path, required=True, help="folder for the rendered manifests")
-    ren.add_argument("--release", default="nemo-rl", help="Helm release name; default nemo-rl")
+    from .render_cli import release_name
+
+    ren.add_argument("--release", default="nemo-rl", type=release_name, help="Helm release name; default nemo-rl")
     ren.add_argument("--helm", default=None, help="helm binary to use instead of the pinned Helm 4")
 
     from .infra_cli import add_infra_args

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import stat
 import subprocess
 import sys
@@ -138,3 +139,108 @@ def test_validate_reads_no_more_of_a_huge_file_than_the_limit(tmp_path):
     with open(huge, "wb") as f:
         f.truncate(3 << 30)  # 3 GiB, sparse: more than the memory the CLI may use here
     one_line_error(run("validate", str(huge), cwd=tmp_path), "huge.yaml", "larger than 1024 KiB")
+
+
+# --- render --------------------------------------------------------------------------------
+
+
+def test_render_never_deletes_files_it_did_not_write(tmp_path):
+    # Stems with no letter render keeps in a folder name once gave an empty folder name: --out
+    # itself, whose *.yaml files (the user's values, the input too) were deleted.
+    shutil.copy(B200, tmp_path / "本番.yaml")
+    (tmp_path / "mine.yaml").write_text("keep: 1\n")
+    (tmp_path / "notes.yaml").write_text("keep: 2\n")
+    before = snapshot(tmp_path)
+    proc = run("render", "本番.yaml", "--out", ".", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if k in before} == before
+    written = sorted(set(after) - set(before))
+    assert written == ["values/.nemo-rl-gke-render", "values/all.yaml"]
+    assert "# Source: nemo-rl-gke/templates/raycluster.yaml" in (tmp_path / "values" / "all.yaml").read_text()
+
+
+def test_render_refuses_a_folder_it_did_not_make_and_reuses_its_own(tmp_path):
+    out = tmp_path / "out"
+    (out / "b200-values").mkdir(parents=True)
+    (out / "b200-values" / "mine.yaml").write_text("keep: 1\n")
+    proc = run("render", str(B200), "--out", "out", cwd=tmp_path)
+    one_line_error(proc, "out/b200-values", "not made by render")
+    assert [p.name for p in (out / "b200-values").iterdir()] == ["mine.yaml"]
+
+    (out / "b200-values" / "mine.yaml").unlink()
+    assert run("render", str(B200), "--out", "out", cwd=tmp_path).returncode == 2  # empty, still not render's
+    (out / "b200-values").rmdir()
+    first = run("render", str(B200), "--out", "out", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    rendered = (out / "b200-values" / "all.yaml").read_text()
+    (out / "b200-values" / "all.yaml").write_text("stale\n")
+    second = run("render", str(B200), "--out", "out", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert (out / "b200-values" / "all.yaml").read_text() == rendered
+
+
+def test_render_takes_over_a_folder_an_earlier_version_rendered(tmp_path):
+    folder = tmp_path / "out" / "b200-values"
+    folder.mkdir(parents=True)
+    (folder / "all.yaml").write_text("---\n# Source: nemo-rl-gke/templates/old.yaml\nkind: ConfigMap\n")
+    proc = run("render", str(B200), "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "RayCluster" in (folder / "all.yaml").read_text()
+
+
+def test_render_refuses_two_inputs_with_one_output_folder(tmp_path):
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        shutil.copy(B200, tmp_path / sub / "values.yaml")
+    proc = run("render", "a/values.yaml", "b/values.yaml", "--out", "out", cwd=tmp_path)
+    one_line_error(proc, "a/values.yaml", "b/values.yaml", "--out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("out", "needle"),
+    [("file.txt", "is not a folder"), ("/proc/foo", "cannot create the folder")],
+)
+def test_render_out_that_is_not_a_folder_is_one_line(tmp_path, out, needle):
+    (tmp_path / "file.txt").write_text("mine\n")
+    proc = run("render", str(B200), "--out", out, cwd=tmp_path)
+    one_line_error(proc, f"--out {out}", needle)
+    assert (tmp_path / "file.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("helm", ["/bin/echo", "/bin/true"])
+def test_render_refuses_a_helm_that_is_not_helm(tmp_path, helm):
+    proc = run("render", str(B200), "--out", "out", "--helm", helm, cwd=tmp_path)
+    one_line_error(proc, f"--helm {helm}", "not Helm")
+    assert not (tmp_path / "out").exists()
+
+
+def test_render_that_renders_nothing_fails_and_writes_nothing(tmp_path):
+    fake = tmp_path / "helm"
+    fake.write_text('#!/bin/sh\nif [ "$1" = version ]; then echo v3.99.0; fi\nexit 0\n')
+    fake.chmod(0o755)
+    proc = run("render", str(B200), "--out", "out", "--helm", str(fake), cwd=tmp_path)
+    one_line_error(proc, "b200-values.yaml", "rendered no objects")
+    assert "valid" not in proc.stdout
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("release", ["--debug", "Nemo", "nemo_rl", "-x", "x-", "a" * 54])
+def test_render_release_must_be_a_helm_release_name(tmp_path, release):
+    proc = run("render", str(B200), "--out", "out", f"--release={release}", cwd=tmp_path)
+    assert proc.returncode == 2
+    one_line_error(proc, "--release", "not a Helm release name")
+    assert not (tmp_path / "out").exists()
+
+
+def test_render_reports_a_helm_failure_as_a_summary_and_helms_text_indented(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("image:\n  tag: 5\n")
+    proc = run("render", "bad.yaml", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    first, *rest = proc.stderr.splitlines()
+    assert first == "error: bad.yaml: helm v4.1.4 template failed:"
+    assert rest and all(line.startswith("  ") for line in rest)
+    assert any("/image/tag" in line for line in rest)
