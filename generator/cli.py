@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -169,7 +172,34 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     return parser, handlers
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of what could not be written
+    does not print a second error."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit, so a failed write is reported like any other
+    except BrokenPipeError:
+        # The reader went away (`... | head`): nothing to tell it; fail like a process killed by SIGPIPE.
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE
+    except OSError as e:
+        _quiet_stdout()
+        where = f"{e.filename}" if e.filename is not None else "cannot write to standard output"
+        with contextlib.suppress(OSError):
+            print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, handlers = build_parser()
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):

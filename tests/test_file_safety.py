@@ -244,3 +244,25 @@ def test_render_reports_a_helm_failure_as_a_summary_and_helms_text_indented(tmp_
     assert first == "error: bad.yaml: helm v4.1.4 template failed:"
     assert rest and all(line.startswith("  ") for line in rest)
     assert any("/image/tag" in line for line in rest)
+
+
+# --- writing to stdout ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [("validate", "--format", "json", str(B200)), INFRA])
+def test_a_reader_that_went_away_ends_the_cli_quietly(tmp_path, args):
+    r, w = os.pipe()
+    os.close(r)  # `... | true` after true has exited
+    try:
+        proc = run(*args, cwd=tmp_path, stdout=w)
+    finally:
+        os.close(w)
+    assert proc.returncode == 141  # as a process killed by SIGPIPE reports in the shell
+    assert proc.stderr == ""
+
+
+def test_a_full_stdout_is_one_line(tmp_path):
+    with open("/dev/full", "w") as full:
+        proc = run(*INFRA, cwd=tmp_path, stdout=full.fileno())
+    assert proc.returncode == 1
+    assert proc.stderr == "error: cannot write to standard output: No space left on device\n"
