@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -20,12 +21,64 @@ def load_schema() -> dict[str, Any]:
 
 
 @cache
-def _validator() -> Any:
-    from jsonschema import Draft202012Validator
+def go_regexp(pattern: str) -> re.Pattern[str]:
+    """`pattern` compiled to match as Go's regexp package (Helm's schema check) does.
 
+    The one difference that matters for the schema's anchored patterns: in Go, `$` (without the
+    m flag) matches only at the end of the text; in Python it also matches before a final newline,
+    so "myrun\n" would pass `^[a-z]+$` here and fail in Helm. Every unescaped `$` outside a
+    character class becomes `\\Z` (Python's end of text)."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            # a `]` right after `[` or `[^` is a literal member of the class
+            j = i + 1
+            if pattern[j : j + 1] == "^":
+                j += 1
+            if pattern[j : j + 1] == "]":
+                out.append(pattern[i : j + 1])
+                i = j + 1
+                continue
+        elif c == "$":
+            out.append(r"\Z")
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    return re.compile("".join(out))
+
+
+def _go_pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
+
+    if validator.is_type(instance, "string") and not go_regexp(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def validator_class() -> Any:
+    """Draft 2020-12, with `pattern` matching as Helm's Go regexps do."""
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(Draft202012Validator, {"pattern": _go_pattern})
+
+
+@cache
+def _validator() -> Any:
+    cls = validator_class()
     schema = load_schema()
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 @dataclass(frozen=True)

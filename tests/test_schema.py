@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 from conftest import CHART, render_text, values_for, with_changes
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from generator import sync
 from generator.helm import HelmError
-from generator.schema import SCHEMA_PATH, iter_errors, load_schema, resolve_ref
+from generator.schema import SCHEMA_PATH, go_regexp, iter_errors, load_schema, resolve_ref, validator_class
 from generator.validate import validate_values
 from generator.values_merge import as_helm_sees_it
 
@@ -188,3 +190,47 @@ def test_schema_uses_only_keywords_helm_3_also_enforces():
         assert not NEWER_THAN_DRAFT_07 & set(node), (path, NEWER_THAN_DRAFT_07 & set(node))
         if "$ref" in node:
             assert set(node) - {"$ref"} <= ANNOTATIONS, (path, sorted(node))
+
+
+# --- patterns match as Helm's Go regexps do --------------------------------------------------
+
+PATTERNS = sorted({p for _, node in _schemas(load_schema()) if isinstance(p := node.get("pattern"), str)})
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_every_schema_pattern_refuses_a_trailing_newline_as_go_does(pattern, data):
+    # Go's `$` is the end of the text; Python's re also matches it before a final "\n". Helm would
+    # refuse "value\n" for every anchored pattern, so Python's check must as well.
+    assert pattern.startswith("^") and pattern.endswith("$"), pattern
+    value = data.draw(st.from_regex(pattern, fullmatch=True).filter(lambda s: "\n" not in s))
+    check = validator_class()({"type": "string", "pattern": pattern})
+    assert check.is_valid(value), value
+    assert not check.is_valid(value + "\n"), value
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "go"),
+    [("^a$", "a", True), ("^a$", "a\n", False), (r"^a\$$", "a$", True), ("^[$]$", "$", True), ("^[]$]+$", "]$", True)],
+)
+def test_go_regexp_rewrites_only_the_end_anchor(pattern, value, go):
+    assert bool(go_regexp(pattern).search(value)) is go
+
+
+TRAILING_NEWLINE = {
+    "fullnameOverride": {"fullnameOverride": "myrun\n"},
+    "image.tag": {"image": {"tag": "v0.7.0\n"}},
+    "storage.mountPath": {"storage": {"mountPath": "/data\n"}},
+    "grpo.runName": {"grpo": {"runName": "run\n"}},
+    "nccl.extraEnv": {"nccl": {"extraEnv": {"NCCL_X\n": "1"}}},
+}
+
+
+@pytest.mark.parametrize("key", sorted(TRAILING_NEWLINE))
+def test_a_trailing_newline_fails_validate_exactly_as_it_fails_helm(helm, key, tmp_path):
+    change = TRAILING_NEWLINE[key]
+    with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
+        render_text(helm, [change], tmp_dir=tmp_path)
+    errors = [f.key for f in validate_values(as_helm_sees_it(change)) if f.level == "error"]
+    assert errors and all(e.startswith(key) for e in errors), errors
