@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import CHART, render_text, values_for, with_changes
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +16,7 @@ from jsonschema import Draft202012Validator
 
 from generator import sync
 from generator.helm import HelmError
-from generator.schema import SCHEMA_PATH, go_regexp, iter_errors, load_schema, resolve_ref, validator_class
+from generator.schema import SCHEMA_PATH, dotted, go_regexp, iter_errors, load_schema, resolve_ref, validator_class
 from generator.validate import validate_values
 from generator.values_merge import as_helm_sees_it
 
@@ -234,3 +236,59 @@ def test_a_trailing_newline_fails_validate_exactly_as_it_fails_helm(helm, key, t
         render_text(helm, [change], tmp_dir=tmp_path)
     errors = [f.key for f in validate_values(as_helm_sees_it(change)) if f.level == "error"]
     assert errors and all(e.startswith(key) for e in errors), errors
+
+
+# --- a nulled map fails validate whenever it fails Helm --------------------------------------
+
+
+def _everything_on() -> dict:
+    """A generated file with every optional feature the templates branch on switched on."""
+    return with_changes(
+        values_for(),
+        {
+            "logging.fluentBit.enabled": True,
+            "access.networkPolicy.allowFrom": [{"podSelector": {"matchLabels": {"team": "ml"}}}],
+            "kueue": {"enabled": True, "queueName": "gpu"},
+            "secrets": {"source": "external", "existingSecret": "", "hfTokenKey": "HF_TOKEN",
+                        "external": {"storeName": "gsm", "hfTokenRemoteKey": "hf-token"}},
+            "image.preload": {"diskImage": "nemo-rl-disk", "project": "my-project"},
+        },
+    )  # fmt: skip
+
+
+def _nested_containers(node, path=()):
+    """Paths of every map or list below the top level (top-level sections have their own test)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        if isinstance(v, dict | list):
+            if path and isinstance(node, dict):
+                yield (*path, k)
+            yield from _nested_containers(v, (*path, k))
+
+
+def test_a_nulled_nested_map_fails_validate_whenever_helm_fails(helms, tmp_path):
+    # `key: null` deletes the chart's default; a template that reads the map then crashes. Null
+    # each nested map and list in turn: whenever real Helm fails, validate must report the key
+    # (or one below it), so no broken file passes validate.
+    helm = helms[0]
+    waved_through = []
+    for name, base in (("generated", values_for()), ("everything-on", _everything_on())):
+        assert [f for f in validate_values(base) if f.level == "error"] == [], name
+        for path in _nested_containers(base):
+            doc = copy.deepcopy(base)
+            node = doc
+            for part in path[:-1]:
+                node = node[part]
+            node[path[-1]] = None
+            file = tmp_path / f"{name}-{'.'.join(map(str, path))}.yaml"
+            file.write_text(yaml.safe_dump(doc))
+            try:
+                helm.template([file])
+                continue
+            except HelmError as e:
+                helm_error = str(e).splitlines()[0]
+            key = dotted(path)
+            errors = [f.key for f in validate_values(as_helm_sees_it(doc)) if f.level == "error"]
+            if not any(e == key or e.startswith((key + ".", key + "[")) for e in errors):
+                waved_through.append(f"{name}: {key}: helm: {helm_error[:160]}; validate: {errors}")
+    assert waved_through == []
