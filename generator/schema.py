@@ -116,7 +116,9 @@ def _describe(error: Any) -> tuple[str, str]:
     if v == "type":
         return dotted(path), f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
     if v == "pattern":
-        return dotted(path), f"{error.instance!r} does not match the required format {error.validator_value}"
+        what = error.schema.get("description") if isinstance(error.schema, dict) else None
+        text = f"{error.instance!r} does not match the required format {error.validator_value}"
+        return dotted(path), f"{text} ({what.rstrip('.')})" if what else text
     if v == "not":
         return dotted(path), f"{error.instance!r} is not allowed here"
     message = error.message.splitlines()[0]

@@ -69,7 +69,8 @@ def test_every_key_has_a_description():
 
 
 def test_objects_users_type_into_reject_unknown_keys():
-    open_maps = {"global", "commonLabels", "serviceAccount.annotations", "nccl.extraEnv"}
+    # rayStartParams: any `ray start` flag, a few of which (num-cpus, ...) are checked
+    open_maps = {"global", "commonLabels", "serviceAccount.annotations", "nccl.extraEnv", "head.rayStartParams", "worker.rayStartParams"}
     loose = []
     for path, raw in _properties(load_schema()):
         node = resolve_ref(raw)

@@ -509,6 +509,27 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["workerGroups"][0].update(replica=3),
     ),
+    "schema-worker-ray-cpus-inf": (
+        "worker num-cpus inf (ray start takes whole numbers only)",
+        "worker.rayStartParams.num-cpus",
+        True,
+        {},
+        lambda v: v["worker"]["rayStartParams"].update({"num-cpus": "inf"}),
+    ),
+    "schema-head-ray-cpus-negative": (
+        "head num-cpus -4",
+        "head.rayStartParams.num-cpus",
+        True,
+        {},
+        lambda v: v["head"]["rayStartParams"].update({"num-cpus": "-4"}),
+    ),
+    "schema-worker-ray-gpus-text": (
+        "worker num-gpus abc",
+        "worker.rayStartParams.num-gpus",
+        True,
+        {},
+        lambda v: v["worker"]["rayStartParams"].update({"num-gpus": "abc"}),
+    ),
 }
 
 
