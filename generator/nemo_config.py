@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 
 
 class OverrideError(ValueError):
-    pass
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix  # how to fix it, when the usual "write key=value" does not apply
 
 
 def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +58,13 @@ def parse_value(text: str) -> Any:
     if low == "null":
         return None
     if _INT.match(text):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # more digits than Python (so Hydra, in NeMo RL) converts
+            digits = len(text.lstrip("+-"))
+            raise OverrideError(
+                f"a number with {digits} digits: NeMo RL cannot read it", f"write at most {sys.get_int_max_str_digits()} digits"
+            ) from None
     if _FLOAT.match(text):
         return float(text)
     return text

@@ -92,6 +92,10 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+# Bounds that keep the arithmetic finite (a float of 10**400 overflows; Python refuses int strings
+# over 4300 digits); real quantities are a handful of characters.
+MAX_QUANTITY_CHARS = 64
+MAX_EXPONENT = 30
 _QUANTITY = re.compile(r"^([+]?[0-9]+(?:\.[0-9]*)?|[+]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
 
 
@@ -104,6 +108,8 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, float):
         return Fraction(str(value))
     text = str(value).strip()
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise ValueError(f"not a Kubernetes quantity: more than {MAX_QUANTITY_CHARS} characters")
     m = _QUANTITY.match(text)
     if not m:
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
@@ -112,6 +118,8 @@ def parse_quantity(value: object) -> Fraction:
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
     base = Fraction(number.lstrip("+"))
     if exponent:
+        if abs(int(exponent)) > MAX_EXPONENT:
+            raise ValueError(f"not a Kubernetes quantity: exponent {exponent} out of range")
         base *= Fraction(10) ** int(exponent)
     scale = _BINARY.get(suffix) or _DECIMAL[suffix]
     return base * scale

@@ -97,12 +97,32 @@ def dotted(parts: Any) -> str:
     return out or "(root)"
 
 
-def _describe(error: Any) -> tuple[str, str]:
+def key_path(document: Any, parts: Any) -> str:
+    """Like `dotted`, but a number is shown as a list index only where the document has a list:
+    `{1: a}` is the key 1, not the entry [1]."""
+    out, node = "", document
+    for p in parts:
+        if isinstance(node, list) and isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+        try:
+            node = node[p]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return out or "(root)"
+
+
+def _describe(error: Any, document: Any = None) -> tuple[str, str]:
     """A short path and a one-line message for a jsonschema error."""
     path = list(error.absolute_path)
+
+    def dotted(parts: Any) -> str:
+        return key_path(document, parts)
+
     v = error.validator
     if v == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
         if extra:
             allowed = ", ".join(sorted(error.schema.get("properties", {}))) or "none"
             name = extra[0]
@@ -130,7 +150,7 @@ def _describe(error: Any) -> tuple[str, str]:
 def iter_errors(document: Any) -> Iterator[SchemaError]:
     errors = sorted(_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     for e in errors:
-        path, message = _describe(e)
+        path, message = _describe(e, document)
         yield SchemaError(path, message)
 
 

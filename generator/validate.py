@@ -9,7 +9,28 @@ from .findings import ERROR, Finding, error
 from .schema import iter_errors
 
 
+def helm_key(key: Any) -> str:
+    """A YAML mapping key as Helm sees it: its YAML-to-JSON step turns every key into a string."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    return str(key)
+
+
+def with_helm_keys(node: Any) -> Any:
+    """`node` with every mapping key a string, as Helm's schema check and templates see it."""
+    if isinstance(node, dict):
+        return {helm_key(k): with_helm_keys(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [with_helm_keys(v) for v in node]
+    return node
+
+
 def validate_values(doc: Any, release_name: str = "nemo-rl") -> list[Finding]:
+    doc = with_helm_keys(doc)
     schema = [error(e.path, e.message, "see the chart's values table") for e in iter_errors(doc)]
     if schema:
         return schema

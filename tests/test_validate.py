@@ -178,3 +178,28 @@ def test_generate_writes_nothing_when_the_rules_fail(tmp_path):
     assert proc.returncode == 2
     assert "W&B logging is on but no WANDB_API_KEY reference" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# --- input that used to crash validate ----------------------------------------------------
+
+NON_STRING_KEYS = {
+    "root-int-and-str": ("1: a\nfoo: b\n", "1", "unknown key '1'"),
+    "root-bool": ("true: a\n", "true", "unknown key 'true'"),
+    "env-name-int": ("nccl:\n  extraEnv:\n    5: x\n", "nccl.extraEnv", "'5' does not match"),
+    "ray-param-int": ("worker:\n  rayStartParams:\n    7: x\n", "worker.rayStartParams", "'7' does not match"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NON_STRING_KEYS))
+def test_non_string_keys_are_keys_as_helm_sees_them(helm, tmp_path, case):
+    # Helm turns every YAML key into a string before its schema check; so does validate, which
+    # used to crash sorting 1 against "foo" and showed the key 1 as a list entry "[1]".
+    text, key, message = NON_STRING_KEYS[case]
+    path = tmp_path / "v.yaml"
+    path.write_text(text)
+    with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
+        render_text(helm, [path])
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-500:]
+    assert any(line.startswith(f"{path}: {key}: ") and message in line for line in proc.stdout.splitlines()), proc.stdout
+    assert f"{path}: [" not in proc.stdout

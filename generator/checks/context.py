@@ -27,7 +27,7 @@ def override_key(key: str) -> str:
 class Context:
     values: dict[str, Any]
     release_name: str = "nemo-rl"
-    syntax_errors: list[tuple[str, str]] = field(default_factory=list)
+    syntax_errors: list[tuple[str, str, str]] = field(default_factory=list)  # key, message, fix
 
     @cached_property
     def profile(self) -> AcceleratorProfile:
@@ -45,12 +45,14 @@ class Context:
     def overrides(self) -> dict[str, Entry]:
         """grpo.overrides then grpo.extraOverrides, later entries winning, as NeMo RL applies them."""
         out: dict[str, Entry] = {}
-        args = list(self.grpo.get("overrides", [])) + list(self.grpo.get("extraOverrides", []))
+        given = list(self.grpo.get("overrides", []))
+        args = given + list(self.grpo.get("extraOverrides", []))
         for i, arg in enumerate(args):
             try:
                 ov = Override.parse(arg)
             except OverrideError as e:
-                self.syntax_errors.append((f"grpo.overrides[{i}]", str(e)))
+                where = f"grpo.overrides[{i}]" if i < len(given) else f"grpo.extraOverrides[{i - len(given)}]"
+                self.syntax_errors.append((where, str(e), e.fix))
                 continue
             out[ov.key] = Entry(i, ov.prefix, ov.value)
         return out

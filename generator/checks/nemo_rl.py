@@ -31,8 +31,8 @@ def _int(ctx: Context, key: str, default: int | None = None) -> int | None:
 
 def _syntax(ctx: Context) -> Iterator[Finding]:
     _ = ctx.overrides  # parse once; syntax errors are collected as a side effect
-    for key, message in ctx.syntax_errors:
-        yield error(key, message, "write key=value, +key=value or ++key=value")
+    for key, message, fix in ctx.syntax_errors:
+        yield error(key, message, fix or "write key=value, +key=value or ++key=value")
     seen: dict[str, int] = {}
     args = list(ctx.grpo.get("overrides", [])) + list(ctx.grpo.get("extraOverrides", []))
     for i, arg in enumerate(args):

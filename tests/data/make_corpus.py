@@ -530,6 +530,34 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["worker"]["rayStartParams"].update({"num-gpus": "abc"}),
     ),
+    "schema-worker-cpu-400-digits": (
+        "a 401-digit CPU request (overflowed a float)",
+        "worker.resources.requests.cpu",
+        True,
+        {},
+        lambda v: v["worker"]["resources"]["requests"].update(cpu="1" + "0" * 400),
+    ),
+    "schema-lustre-capacity-5000-digits": (
+        "a 5001-digit Lustre capacity (past Python's int string limit)",
+        "storage.lustre.capacity",
+        True,
+        {},
+        lambda v: v["storage"]["lustre"].update(capacity="1" + "0" * 5000 + "Gi"),
+    ),
+    "schema-worker-shm-400-digits": (
+        "a 401-digit /dev/shm size",
+        "worker.shmSize",
+        True,
+        {},
+        lambda v: v["worker"].update(shmSize="1" + "0" * 400 + "Gi"),
+    ),
+    "nemo-extra-override-5000-digits": (
+        "an extra override with a 5000-digit number (past Python's int string limit)",
+        "grpo.extraOverrides[0]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["++foo.bar=" + "9" * 5000]),
+    ),
 }
 
 
