@@ -113,6 +113,28 @@ def key_path(document: Any, parts: Any) -> str:
     return out or "(root)"
 
 
+# Keys whose values may be credentials: their values are never quoted in a finding (findings go
+# to terminals and CI logs).
+SECRET_KEY_NAME = re.compile(r"token|secret|passw(or)?d|credential|api[-_]?key|private[-_]?key|access[-_]?key", re.I)
+HIDDEN = "the value (not shown: it may be a credential)"
+
+
+def is_secret(document: Any, parts: Any) -> bool:
+    """Whether the value at `parts` may hold a credential: anything under `secrets`, any key whose
+    name suggests one, or the value of an environment entry so named ({name: HF_TOKEN, value: ...})."""
+    node = document
+    for p in parts:
+        if isinstance(p, str) and (p == "secrets" or SECRET_KEY_NAME.search(p)):
+            return True
+        if isinstance(node, dict) and p == "value" and SECRET_KEY_NAME.search(str(node.get("name", ""))):
+            return True
+        try:
+            node = node[p]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return False
+
+
 def _describe(error: Any, document: Any = None) -> tuple[str, str]:
     """A short path and a one-line message for a jsonschema error."""
     path = list(error.absolute_path)
@@ -120,6 +142,8 @@ def _describe(error: Any, document: Any = None) -> tuple[str, str]:
     def dotted(parts: Any) -> str:
         return key_path(document, parts)
 
+    secret = is_secret(document, path)
+    value = HIDDEN if secret else repr(error.instance)
     v = error.validator
     if v == "additionalProperties":
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
@@ -132,15 +156,22 @@ def _describe(error: Any, document: Any = None) -> tuple[str, str]:
         return dotted([*path, missing]), "required key is missing"
     if v == "enum":
         choices = ", ".join(map(str, error.validator_value))
-        return dotted(path), f"{error.instance!r} is not one of: {choices}"
+        return dotted(path), f"{value} is not one of: {choices}"
     if v == "type":
-        return dotted(path), f"expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+        got = type(error.instance).__name__
+        return dotted(path), f"expected {error.validator_value}, got {got}" + ("" if secret else f" {value}")
     if v == "pattern":
         what = error.schema.get("description") if isinstance(error.schema, dict) else None
-        text = f"{error.instance!r} does not match the required format {error.validator_value}"
-        return dotted(path), f"{text} ({what.rstrip('.')})" if what else text
+        text = f"{value} does not match the required format {error.validator_value}"
+        return dotted(path), f"{text} ({what.rstrip('.')})" if what and len(what) <= 120 else text
     if v == "not":
-        return dotted(path), f"{error.instance!r} is not allowed here"
+        return dotted(path), f"{value} is not allowed here"
+    if v in ("maxLength", "minLength") and isinstance(error.instance, str):
+        size = len(error.instance)
+        bound = "at most" if v == "maxLength" else "at least"
+        return dotted(path), f"{size} characters; {bound} {error.validator_value} allowed"
+    if secret:
+        return dotted(path), f"fails the schema's {v} rule (the value is not shown: it may be a credential)"
     message = error.message.splitlines()[0]
     if len(message) > 200:
         message = message[:200] + "..."

@@ -203,3 +203,38 @@ def test_non_string_keys_are_keys_as_helm_sees_them(helm, tmp_path, case):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-500:]
     assert any(line.startswith(f"{path}: {key}: ") and message in line for line in proc.stdout.splitlines()), proc.stdout
     assert f"{path}: [" not in proc.stdout
+
+
+# --- credentials never reach the output ---------------------------------------------------
+
+FAKE_TOKEN = "hf_FAKEtok3nNotReal0123456789abcdef"  # noqa: S105 - a made-up token the output must not show
+TOKEN_CASES = {
+    "existing-secret-pattern": ({"secrets": {"source": "existing", "existingSecret": FAKE_TOKEN}}, "secrets.existingSecret"),
+    "from-files-too-long": ({"secrets": {"source": "files", "fromFiles": {"hfToken": FAKE_TOKEN * 150}}}, "secrets.fromFiles.hfToken"),
+    "from-files-not-a-string": (
+        {"secrets": {"source": "files", "fromFiles": {"wandbApiKey": [FAKE_TOKEN]}}},
+        "secrets.fromFiles.wandbApiKey",
+    ),
+    "source-enum": ({"secrets": {"source": FAKE_TOKEN}}, "secrets.source"),
+    "token-key-too-long": ({"secrets": {"source": "existing", "hfTokenKey": FAKE_TOKEN * 10}}, "secrets.hfTokenKey"),
+    "remote-key-pattern": (
+        {"secrets": {"source": "external", "external": {"storeName": "gsm", "hfTokenRemoteKey": FAKE_TOKEN + " x"}}},
+        "secrets.external.hfTokenRemoteKey",
+    ),
+    "env-token-wrong-type": ({"extraEnv": [{"name": "HF_TOKEN", "value": [FAKE_TOKEN]}]}, "extraEnv[0].value"),
+    "nccl-env-token-wrong-type": ({"nccl": {"extraEnv": {"WANDB_API_KEY": [FAKE_TOKEN]}}}, "nccl.extraEnv.WANDB_API_KEY"),
+}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("case", sorted(TOKEN_CASES))
+def test_a_token_in_a_broken_value_is_never_printed(tmp_path, case, fmt):
+    change, key = TOKEN_CASES[case]
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(change))
+    proc = run_cli("validate", "--format", fmt, str(path))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-500:]
+    assert FAKE_TOKEN not in proc.stdout + proc.stderr
+    assert FAKE_TOKEN[:12] not in proc.stdout + proc.stderr  # not even cut short
+    keys = {f["key"] for f in json.loads(proc.stdout)["files"][0]["findings"]} if fmt == "json" else proc.stdout
+    assert key in keys, proc.stdout
