@@ -238,3 +238,14 @@ def test_a_token_in_a_broken_value_is_never_printed(tmp_path, case, fmt):
     assert FAKE_TOKEN[:12] not in proc.stdout + proc.stderr  # not even cut short
     keys = {f["key"] for f in json.loads(proc.stdout)["files"][0]["findings"]} if fmt == "json" else proc.stdout
     assert key in keys, proc.stdout
+
+
+def test_an_alias_bomb_is_refused_naming_its_file(tmp_path):
+    good = ROOT / "charts" / "nemo-rl-gke" / "values.yaml"
+    bomb = tmp_path / "bomb.yaml"
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 7)]
+    bomb.write_text("\n".join(lines) + "\n")
+    proc = run_cli("validate", str(good), str(bomb))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"error: {bomb}: document has more than" in proc.stderr, proc.stderr
