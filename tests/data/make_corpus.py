@@ -167,6 +167,13 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["network"]["gvnic"].update(name="default"),
     ),
+    "net-vpc-starts-with-digit": (
+        "a VPC name Compute Engine refuses (it must start with a letter)",
+        "network.rdma[2].vpc",
+        True,
+        {},
+        lambda v: v["network"]["rdma"][2].update(vpc="1234"),
+    ),
     "net-duplicate-subnet": (
         "two RDMA NICs on one subnet",
         "network.rdma[3].subnet",
