@@ -20,12 +20,22 @@ def stand_in(tmp_path: Path, name: str, body: str) -> str:
     return f"python {path}"
 
 
-def run_launcher(head, tmp_path: Path, *, check: bool = False, timeout: float = 180, **spec) -> subprocess.CompletedProcess[str]:
+def _launcher_args(head, tmp_path: Path, check: bool, spec: dict) -> list[str]:
     base = {"address": head.address, "poll_interval_s": 0.3, "metadata": {"nemo-rl-gke.release": spec.get("submission_id", "x")}}
     path = tmp_path / f"spec-{uuid.uuid4().hex[:6]}.json"
     path.write_text(json.dumps(base | spec))
-    args = [sys.executable, str(LAUNCHER), *(["--check"] if check else []), str(path)]
+    return [sys.executable, str(LAUNCHER), *(["--check"] if check else []), str(path)]
+
+
+def run_launcher(head, tmp_path: Path, *, check: bool = False, timeout: float = 180, **spec) -> subprocess.CompletedProcess[str]:
+    args = _launcher_args(head, tmp_path, check, spec)
     return subprocess.run(args, cwd=head.workdir, env=head.env(), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def start_launcher(head, tmp_path: Path, **spec) -> subprocess.Popen[str]:
+    """The launcher running in the background; its stdout (with stderr) is read line by line."""
+    args = _launcher_args(head, tmp_path, False, spec)
+    return subprocess.Popen(args, cwd=head.workdir, env=head.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def jobs_with_prefix(client, prefix: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 import ray
-from launcher_harness import SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in
+from launcher_harness import SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in, start_launcher
 
 pytestmark = pytest.mark.ray
 
@@ -66,13 +66,19 @@ def test_missing_preparation_marker_times_out(head, client, tmp_path):
 def test_a_changed_spec_waits_for_or_stops_the_previous_run(head, client, tmp_path, policy):
     release = f"rel-{uuid.uuid4().hex[:6]}"
     old, new = f"{release}-aaaa", f"{release}-bbbb"
-    sleeps = "import time\nprint('old run', flush=True)\ntime.sleep(3 if __import__('sys').argv[1] == 'short' else 120)\n"
-    entry_old = stand_in(tmp_path, "old", sleeps) + (" short" if policy == "wait" else " long")
-    client.submit_job(entrypoint=entry_old, submission_id=old, metadata={"nemo-rl-gke.release": release})
+    go = tmp_path / "old-may-end"  # the old run ends once the test creates it (or after 120 s)
+    waits = f"""
+    import os, time
+    print('old run', flush=True)
+    end = time.time() + 120
+    while not os.path.exists({str(go)!r}) and time.time() < end:
+        time.sleep(0.1)
+    """
+    client.submit_job(entrypoint=stand_in(tmp_path, "old", waits), submission_id=old, metadata={"nemo-rl-gke.release": release})
     deadline = time.monotonic() + 60
     while str(client.get_job_status(old)) != "RUNNING" and time.monotonic() < deadline:
         time.sleep(0.3)
-    proc = run_launcher(
+    proc = start_launcher(
         head,
         tmp_path,
         submission_id=new,
@@ -82,13 +88,26 @@ def test_a_changed_spec_waits_for_or_stops_the_previous_run(head, client, tmp_pa
         previous_runs=policy,
         metadata={"nemo-rl-gke.release": release},
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    watchdog = threading.Timer(180, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if "waiting for it to end before submitting" in line:
+                go.touch()  # only now: the launcher has seen the old run active
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    stdout = "".join(out)
+    assert proc.returncode == 0, stdout
     jobs = {j.submission_id: j for j in client.list_jobs() if j.submission_id in (old, new)}
     if policy == "stop":
-        assert f"stopping the previous run {old}" in proc.stdout
+        assert f"stopping the previous run {old}" in stdout
         assert str(jobs[old].status) == "STOPPED"
     else:
-        assert "waiting for it to end before submitting" in proc.stdout
+        assert "waiting for it to end before submitting" in stdout
         assert str(jobs[old].status) == "SUCCEEDED"
     assert jobs[new].start_time >= jobs[old].end_time
 
