@@ -201,7 +201,7 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
         o["policy.generation.colocated.resources.num_nodes"] = gen_nodes
         o["policy.generation.colocated.resources.gpus_per_node"] = gpn
     if choices.save_by:
-        if not SAVE_BY.match(choices.save_by):
+        if not SAVE_BY.fullmatch(choices.save_by):
             raise SpecError(f"--save-by {choices.save_by!r}: use DD:HH:MM:SS, e.g. 06:22:00:00")
         # NeMo RL saves a checkpoint and stops cleanly this long after training starts.
         o["checkpointing.checkpoint_must_save_by"] = choices.save_by

@@ -57,7 +57,7 @@ def parse_value(text: str) -> Any:
         return low == "true"
     if low == "null":
         return None
-    if _INT.match(text):
+    if _INT.fullmatch(text):
         try:
             return int(text)
         except ValueError:  # more digits than Python (so Hydra, in NeMo RL) converts
@@ -65,7 +65,7 @@ def parse_value(text: str) -> Any:
             raise OverrideError(
                 f"a number with {digits} digits: NeMo RL cannot read it", f"write at most {sys.get_int_max_str_digits()} digits"
             ) from None
-    if _FLOAT.match(text):
+    if _FLOAT.fullmatch(text):
         return float(text)
     return text
 
@@ -78,7 +78,7 @@ class Override:
 
     @classmethod
     def parse(cls, arg: str) -> Override:
-        m = re.match(r"^(\+{0,2})([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.*)$", arg)
+        m = re.fullmatch(r"^(\+{0,2})([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.*)$", arg)
         if not m:
             raise OverrideError(f"{arg!r} is not an override of the form [+|++]key=value")
         return cls(m.group(1), m.group(2), parse_value(m.group(3)))

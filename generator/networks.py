@@ -42,7 +42,7 @@ class NetworkPlan:
 
 
 def check_prefix(prefix: str) -> str:
-    if not PREFIX_PATTERN.match(prefix):
+    if not PREFIX_PATTERN.fullmatch(prefix):  # not .match: "$" matches before a final newline
         raise ValueError(
             f"network prefix {prefix!r} is not a lowercase RFC 1035 name of at most 42 characters "
             "(letters, digits, '-'; starts with a letter)"

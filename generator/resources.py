@@ -110,7 +110,7 @@ def parse_quantity(value: object) -> Fraction:
     text = str(value).strip()
     if len(text) > MAX_QUANTITY_CHARS:
         raise ValueError(f"not a Kubernetes quantity: more than {MAX_QUANTITY_CHARS} characters")
-    m = _QUANTITY.match(text)
+    m = _QUANTITY.fullmatch(text)
     if not m:
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
     number, exponent, suffix = m.group(1), m.group(2), m.group(3) or ""

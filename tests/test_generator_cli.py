@@ -84,6 +84,7 @@ def test_same_content_is_not_a_conflict(tmp_path):
         (["--gpu", "h200", "--nodes", "0"], "--nodes must be between 1 and 64"),
         (["--gpu", "h200", "--nodes", "many"], "--nodes must be a whole number"),
         (["--gpu", "h200", "--network-prefix", "Bad_Prefix"], "network prefix"),
+        (["--gpu", "h200", "--network-prefix", "abc\n"], "network prefix"),
         (["--gpu", "h200", "--name", "9lives"], "fullnameOverride"),
         (["--gpu", "h200", "--provisioning", "cheap"], "--provisioning"),
         ([], "--gpu"),

@@ -605,6 +605,7 @@ BAD_INPUTS = [
     (["--provisioning", "reservation", "--reservation", "res\n"], "--reservation"),
     (["--preload-image-disk", "img\n"], "--preload-image-disk"),
     (["--bucket", "my-bucket\n"], "--bucket"),
+    (["--network-prefix", "abc\n"], "--network-prefix"),
 ]
 
 

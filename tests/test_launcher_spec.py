@@ -34,6 +34,9 @@ def test_minimal_spec_parses_with_defaults():
         ({"address": "http://head:8265; rm -rf /"}, "address:"),
         ({"submission_id": "a b"}, "submission_id:"),
         ({"submission_id": "x" * 101}, "submission_id:"),
+        ({"submission_id": "run-1\n"}, "submission_id:"),  # "$" alone matches before a final newline
+        ({"address": "http://head:8265\n"}, "address:"),
+        ({"ray_version": 2.55}, "ray_version: expected str"),
         ({"entrypoint": "python a.py\nrm -rf /"}, "entrypoint: must be one non-empty line"),
         ({"expected_gpus": 10**9}, "out of range"),
         ({"previous_runs": "kill"}, "previous_runs"),

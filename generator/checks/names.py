@@ -18,7 +18,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     key = "fullnameOverride" if v.get("fullnameOverride") else "(release name)"
     if len(name) > 53:
         yield error(key, f"RayCluster name {name!r} is {len(name)} characters; KubeRay allows 53", "use a shorter name")
-    elif not DNS_1035.match(name):
+    elif not DNS_1035.fullmatch(name):
         yield error(
             key, f"RayCluster name {name!r} is not a DNS-1035 label", "use lowercase letters, digits and '-', starting with a letter"
         )

@@ -83,7 +83,7 @@ def _release(ctx: Context) -> Iterator[Finding]:
 
 def _deadline(ctx: Context) -> Iterator[Finding]:
     save_by = ctx.get("checkpointing.checkpoint_must_save_by")
-    if save_by is not None and not SAVE_BY.match(str(save_by)):
+    if save_by is not None and not SAVE_BY.fullmatch(str(save_by)):
         yield error(override_key("checkpointing.checkpoint_must_save_by"), f"{save_by!r} is not DD:HH:MM:SS", "e.g. 06:22:00:00")
     flex = [i for i, g in enumerate(ctx.values["workerGroups"]) if g["provisioning"] == "flex-start"]
     if flex and save_by is None:

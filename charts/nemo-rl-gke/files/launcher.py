@@ -106,9 +106,9 @@ def parse_spec(data: Any) -> Spec:
             raise SpecError(f"{key}: expected {types[0].__name__}, got a boolean")
         if not isinstance(value, types):
             raise SpecError(f"{key}: expected {types[0].__name__}, got {type(value).__name__}")
-    if not re.match(r"^https?://[^\s/]+(:\d+)?/?$", data["address"]):
+    if not re.fullmatch(r"^https?://[^\s/]+(:\d+)?/?$", data["address"]):
         raise SpecError(f"address: {data['address']!r} is not an http(s)://host:port URL")
-    if not ID_PATTERN.match(data["submission_id"]):
+    if not ID_PATTERN.fullmatch(data["submission_id"]):
         raise SpecError("submission_id: use 1-100 letters, digits, '.', '_' or '-'")
     entry = data["entrypoint"]
     if not entry.strip() or "\n" in entry or len(entry) > 100_000:
@@ -240,7 +240,7 @@ def latest_step(checkpoint_dir: str) -> int | None:
         names = os.listdir(checkpoint_dir)
     except OSError:
         return None
-    steps = [int(m.group(1)) for n in names if (m := STEP_DIR.match(n)) and os.path.isdir(os.path.join(checkpoint_dir, n))]
+    steps = [int(m.group(1)) for n in names if (m := STEP_DIR.fullmatch(n)) and os.path.isdir(os.path.join(checkpoint_dir, n))]
     return max(steps) if steps else None
 
 
