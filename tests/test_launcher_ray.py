@@ -7,6 +7,7 @@ import time
 
 import pytest
 import ray
+from conftest import load_chart_program
 from launcher_harness import SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in
 
 pytestmark = pytest.mark.ray
@@ -37,7 +38,7 @@ def test_a_run_that_fails_exits_nonzero_with_a_message(head, client, tmp_path):
     rid = new_id()
     entry = stand_in(tmp_path, "bad", "import sys\nprint('Not enough GPUs available', flush=True)\nsys.exit(3)\n")
     proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, max_restarts=0)
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # final: the Job fails at once (podFailurePolicy)
     assert "Not enough GPUs available" in proc.stdout
     assert f"{rid} FAILED and no restarts are left (0 allowed)" in proc.stdout
     assert jobs_with_prefix(client, rid) == {rid: "FAILED"}
@@ -48,10 +49,25 @@ def test_a_head_on_another_ray_version_gets_no_run(head, client, tmp_path):
     rid = new_id()
     entry = stand_in(tmp_path, "ok", SUCCEEDS)
     proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, ray_version="2.49.2")
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert f"FAILED: the Ray head runs Ray {ray.__version__}, but this release's image has Ray 2.49.2" in proc.stdout
     assert "`helm uninstall` and install again" in proc.stdout
     assert jobs_with_prefix(client, rid) == {}  # nothing submitted
+
+
+def test_a_stopped_run_is_not_resubmitted_and_the_way_back_is_named(head, client, tmp_path):
+    rid = new_id()
+    entry = stand_in(tmp_path, "long", "import time\ntime.sleep(120)\n")
+    client.submit_job(entrypoint=entry, submission_id=rid)
+    client.stop_job(rid)
+    deadline = time.monotonic() + 60
+    while str(client.get_job_status(rid)) != "STOPPED" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, max_restarts=3)
+    assert proc.returncode == 3
+    assert f"{rid} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop)" in proc.stdout
+    assert f"`ray job delete {rid}`" in proc.stdout
+    assert jobs_with_prefix(client, rid) == {rid: "STOPPED"}
 
 
 def test_too_few_gpus_times_out_with_a_clear_message(head, client, tmp_path):
@@ -59,7 +75,7 @@ def test_too_few_gpus_times_out_with_a_clear_message(head, client, tmp_path):
     proc = run_launcher(
         head, tmp_path, submission_id=rid, entrypoint=stand_in(tmp_path, "ok", SUCCEEDS), expected_gpus=16, timeouts={"gpus_s": 2}
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert "timed out after 2s waiting for 16 GPUs in the Ray cluster" in proc.stdout
     assert "the cluster reports 8 GPUs on 1 nodes" in proc.stdout
     assert jobs_with_prefix(client, rid) == {}  # nothing submitted
@@ -108,3 +124,15 @@ def test_without_follow_the_launcher_exits_once_the_run_is_running(head, client,
         assert list(jobs_with_prefix(client, rid)) == [rid]
     finally:
         client.stop_job(rid)
+
+
+def test_a_run_the_head_no_longer_knows_counts_as_a_failed_attempt(head, capsys):
+    # A restarted head pod forgets its jobs (no GCS fault tolerance): the run died with it. The
+    # launcher once crashed here on Ray's 404; now the attempt counts as failed and is resubmitted.
+    launcher = load_chart_program("launcher")
+    spec = launcher.parse_spec({"address": head.address, "submission_id": "x", "entrypoint": "true", "expected_gpus": 8})
+    runs = launcher.Runs(spec)
+    rid = new_id()
+    assert runs.status(rid) == "FAILED"
+    assert runs.logs(rid) == ""
+    assert f"{rid} is gone from the Ray head: its pod restarted and lost the job history" in capsys.readouterr().out

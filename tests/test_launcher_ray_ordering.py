@@ -57,7 +57,7 @@ def test_missing_preparation_marker_times_out(head, client, tmp_path):
         wait_for_files=[str(tmp_path / "never.json")],
         timeouts={"files_s": 1},
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert "written by the preparation Job" in proc.stdout and "timed out after 1s" in proc.stdout
     assert jobs_with_prefix(client, rid) == {}
 

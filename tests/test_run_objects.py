@@ -196,3 +196,24 @@ def test_the_head_service_is_named_so_every_kuberay_version_creates_what_the_lau
     assert launch_json(objs)["address"] == f"http://{release}-head-svc.ml.svc.cluster.local:8265"
     longest = render(helm, release="r" * 53)
     assert len(one(longest, "RayCluster")["spec"]["headGroupSpec"]["headService"]["metadata"]["name"]) <= 63
+
+
+def test_an_override_repeated_in_extra_overrides_is_read_as_nemo_rl_reads_it(helm):
+    # The last value wins; it once rendered both glued together ("/data/a/checkpoints/data/b").
+    values = with_changes(
+        values_for(),
+        {"grpo.extraOverrides": ["++checkpointing.checkpoint_dir=/data/nemo-rl/other/checkpoints", "policy.model_name=Qwen/Qwen2.5-1.5B"]},
+    )
+    objs = render(helm, [values])
+    assert launch_json(objs)["checkpoint_dir"] == "/data/nemo-rl/other/checkpoints"
+    (cm,) = (c for c in kinds(objs, "ConfigMap") if "prepare.json" in c["data"])
+    assert json.loads(cm["data"]["prepare.json"])["model"] == "Qwen/Qwen2.5-1.5B"
+
+
+def test_a_final_launcher_exit_fails_the_job_at_once_and_an_eviction_is_not_counted(helm):
+    # A timeout exits 3: retried 4 times, a 4 h wait for the preparation marker became 20 h.
+    policy = jobs(render(helm))["launcher"]["spec"]["podFailurePolicy"]["rules"]
+    fail = next(r for r in policy if r["action"] == "FailJob")
+    assert fail["onExitCodes"] == {"containerName": "launcher", "operator": "In", "values": [2, 3]}
+    ignore = next(r for r in policy if r["action"] == "Ignore")
+    assert ignore["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]

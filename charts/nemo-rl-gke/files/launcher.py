@@ -11,7 +11,10 @@ Runs in the NeMo RL image (standard library + ray). SPEC.json is rendered by the
                    head pod's environment, from a Kubernetes Secret)
   expected_gpus    GPUs the cluster must report before submitting
   ... and optional keys, see SPEC_KEYS.
-Exit status: 0 run running (or finished) as asked, 1 run failed or timed out, 2 bad spec.
+Exit status: 0 run running (or finished) as asked; 3 the run failed for good, was stopped, or a
+wait timed out; 2 bad spec. The Job fails at once on 2 and 3 (podFailurePolicy): a new pod would
+wait the whole timeout again or repeat the same verdict. Anything else (1: an unexpected error,
+137: OOM-killed) is retried by the Job.
 """
 
 from __future__ import annotations
@@ -42,8 +45,11 @@ class SpecError(Exception):
     """The spec file is missing, unreadable or malformed (exit 2)."""
 
 
+EXIT_FINAL = 3
+
+
 class LaunchFailed(Exception):
-    """A wait expired or the run failed (exit 1)."""
+    """A wait expired or the run failed (exit 3)."""
 
 
 @dataclass
@@ -204,7 +210,15 @@ def version_mismatch(spec: Spec) -> str:
     KubeRay does not replace running Ray pods when the RayCluster's template changes: after a
     `helm upgrade` to another image, the head and workers still run the old one, and a run of the
     new release's code would fail there, attempt after attempt."""
-    running = head_ray_version(spec.address) if spec.ray_version else ""
+    if not spec.ray_version:
+        return ""
+    running = ""
+    for _ in range(3):
+        if running := head_ray_version(spec.address):
+            break
+        time.sleep(spec.poll_interval_s)
+    else:
+        log("could not read the Ray head's version (GET /api/version); not compared with the image's")
     if not running or running == spec.ray_version:
         return ""
     return (
@@ -238,7 +252,10 @@ def latest_step(checkpoint_dir: str) -> int | None:
     """The newest complete step_N folder (NeMo RL writes tmp_step_N first and renames it)."""
     try:
         names = os.listdir(checkpoint_dir)
-    except OSError:
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log(f"cannot read {checkpoint_dir} ({e.strerror or e}); NeMo RL resumes from it if it can read it")
         return None
     steps = [int(m.group(1)) for n in names if (m := STEP_DIR.fullmatch(n)) and os.path.isdir(os.path.join(checkpoint_dir, n))]
     return max(steps) if steps else None
@@ -292,7 +309,24 @@ class Runs:
         ]
 
     def status(self, job_id: str) -> str:
-        return str(self.call(lambda: self.client.get_job_status(job_id)))
+        """The run's status; FAILED when the head no longer knows it: a restarted head pod loses
+        its job history (the chart runs Ray without GCS fault tolerance), and the run died with it,
+        so it counts as a failed attempt and is resubmitted while restarts are left."""
+        try:
+            return str(self.call(lambda: self.client.get_job_status(job_id)))
+        except RuntimeError as e:
+            if not _gone(e):
+                raise
+            log(f"{job_id} is gone from the Ray head: its pod restarted and lost the job history; the run ended with it")
+            return "FAILED"
+
+    def logs(self, job_id: str) -> str:
+        try:
+            return str(self.call(lambda: self.client.get_job_logs(job_id)))
+        except RuntimeError as e:
+            if not _gone(e):
+                raise
+            return ""
 
     def submit(self, n: int) -> str:
         job_id = attempt_id(self.spec.submission_id, n)
@@ -305,6 +339,10 @@ class Runs:
                 raise
             log(f"{job_id} was submitted meanwhile; following it")
         return job_id
+
+
+def _gone(e: Exception) -> bool:
+    return "status code 404" in str(e) and "does not exist" in str(e)
 
 
 # Answers of a head that is up but not ready yet: right after start its job agent may not have
@@ -366,7 +404,7 @@ def follow_logs(runs: Runs, job_id: str) -> str:
     while (status := runs.status(job_id)) not in TERMINAL:
         time.sleep(runs.spec.poll_interval_s)
     done.set()
-    emit(runs.call(lambda: runs.client.get_job_logs(job_id)), 0)
+    emit(runs.logs(job_id), 0)
     return status
 
 
@@ -470,15 +508,20 @@ def launch(spec: Spec) -> int:
             log(f"run {spec.submission_id} succeeded")
             return 0
         if status == "STOPPED":
-            log(f"{attempt_id(spec.submission_id, n)} was stopped by hand; not resubmitting")
-            return 1
+            job_id = attempt_id(spec.submission_id, n)
+            log(
+                f"{job_id} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop); "
+                f"not resubmitting. To continue it from its newest checkpoint: `ray job delete {job_id}`, then "
+                "`kubectl delete job` this launcher's Job and `helm upgrade` the release with the same values"
+            )
+            return EXIT_FINAL
         if status == "FAILED":
             if not spec.follow:
                 log(f"{attempt_id(spec.submission_id, n)} FAILED; see `ray job logs {attempt_id(spec.submission_id, n)}`")
-                return 1
+                return EXIT_FINAL
             if n >= 1 + spec.max_restarts:
                 log(f"{attempt_id(spec.submission_id, n)} FAILED and no restarts are left ({spec.max_restarts} allowed)")
-                return 1
+                return EXIT_FINAL
             log(f"{attempt_id(spec.submission_id, n)} FAILED; resubmitting (restart {n} of {spec.max_restarts})")
             wait_for_gpus(spec)
         # submit the next attempt
@@ -512,8 +555,14 @@ print('TAG' + json.dumps(out))
 
 def check(spec: Spec) -> int:
     """Compare what the Ray head reports with what the values asked for."""
-    _wait(f"the Ray head at {spec.address}", spec.timeout("head_s", 600), spec.poll_interval_s, lambda: head_healthy(spec.address), "")
-    nodes = alive_nodes(spec.address)
+    _wait(
+        f"the Ray head at {spec.address}",
+        spec.timeout("head_s", 600),
+        spec.poll_interval_s,
+        lambda: head_healthy(spec.address),
+        "is the head pod Running? kubectl get pods -l ray.io/node-type=head",
+    )
+    nodes = _retry(lambda: alive_nodes(spec.address), spec)
     gpus = sum(float(n["resources"].get("GPU", 0)) for n in nodes)
     problems = [why] if (why := version_mismatch(spec)) else []
     if spec.expected_nodes and len(nodes) != spec.expected_nodes:
@@ -559,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except LaunchFailed as e:
         log(f"FAILED: {e}")
-        return 1
+        return EXIT_FINAL
     except KeyboardInterrupt:
         log("interrupted")
         return 130

@@ -2,12 +2,16 @@
 The GRPO run: command, identity and the JSON files the launcher and preparation Jobs read.
 --------------------------------------------------------------------------------- */}}
 
-{{/* The value of one `key=value` in grpo.overrides/extraOverrides ("" when absent). */}}
+{{/* The value NeMo RL gets for one key of grpo.overrides + extraOverrides ("" when absent):
+the last `key=`, `+key=` or `++key=` wins, as on its command line. */}}
 {{- define "nemo-rl-gke.overrideOf" -}}
 {{- $prefix := printf "%s=" .key -}}
+{{- $value := "" -}}
 {{- range concat .ctx.Values.grpo.overrides (.ctx.Values.grpo.extraOverrides | default list) -}}
-{{- if hasPrefix $prefix . }}{{ trimPrefix $prefix . }}{{ end -}}
+{{- $arg := trimPrefix "+" (trimPrefix "+" .) -}}
+{{- if hasPrefix $prefix $arg }}{{ $value = trimPrefix $prefix $arg }}{{ end -}}
 {{- end -}}
+{{- $value -}}
 {{- end -}}
 
 {{/* The Ray job entrypoint (a shell command). Every argument is single-quoted; the schema keeps
