@@ -7,7 +7,7 @@ echo "==> ruff"
 .venv/bin/ruff check .
 echo "==> pytest"
 # Six workers on two cores: the slow tests wait on Ray clusters and subprocesses, not the CPU
-# (measured: about 230 s serial, 175 s with 6 workers).
+# (measured: 200 s with 6 workers, 218 s with 8: the two cores are the limit).
 # loadfile: each test file runs in one worker, so a module's Ray cluster fixture starts once
 # (the two launcher files and the two rehearsal files: five local Ray clusters at most).
 # (Not loadgroup: with pytest 9.2 pytest-xdist 3.8 ignores xdist_group marks.)
