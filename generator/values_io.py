@@ -70,6 +70,18 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _read_up_to(fd: int, n: int) -> bytes:
+    """At most n bytes from fd (fewer at end of file)."""
+    chunks, size = [], 0
+    while size < n:
+        chunk = os.read(fd, n - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def read_limited(path: Path, limit: int) -> bytes:
     """At most `limit` + 1 bytes of the regular file `path` (one more than allowed shows it is too
     large). Refuses anything else without reading it: a FIFO, a device, a directory."""
@@ -86,14 +98,7 @@ def read_limited(path: Path, limit: int) -> bytes:
             raise InputError(f"{path}: is a directory, not a values file")
         if not stat.S_ISREG(mode):
             raise InputError(f"{path}: is {_kind(mode)}, not a values file; give a regular file")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
+        return _read_up_to(fd, limit + 1)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from None
     finally:
@@ -216,14 +221,7 @@ def _same_content(path: Path, data: bytes) -> bool:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
-        chunks, size = [], 0
-        while size <= len(data):
-            chunk = os.read(fd, len(data) + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks) == data
+        return _read_up_to(fd, len(data) + 1) == data
     except OSError:
         return False
     finally:
