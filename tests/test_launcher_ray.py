@@ -55,6 +55,20 @@ def test_a_head_on_another_ray_version_gets_no_run(head, client, tmp_path):
     assert jobs_with_prefix(client, rid) == {}  # nothing submitted
 
 
+def test_a_failure_that_repeats_without_a_new_checkpoint_stops_after_two_attempts(head, client, tmp_path):
+    rid = new_id()
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "step_40").mkdir(parents=True)
+    entry = stand_in(tmp_path, "bad", "import sys\nprint('CUDA out of memory', flush=True)\nsys.exit(1)\n")
+    proc = run_launcher(
+        head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, max_restarts=3, checkpoint_dir=str(ckpt)
+    )
+    assert proc.returncode == 3
+    assert f"{rid}-retry1 FAILED, as did the attempt before it, without a new checkpoint in {ckpt} (newest: step_40)" in proc.stdout
+    assert "a failure that repeats, not a preemption" in proc.stdout
+    assert jobs_with_prefix(client, rid) == {rid: "FAILED", f"{rid}-retry1": "FAILED"}  # not 4 attempts
+
+
 def test_a_stopped_run_is_not_resubmitted_and_the_way_back_is_named(head, client, tmp_path):
     rid = new_id()
     entry = stand_in(tmp_path, "long", "import time\ntime.sleep(120)\n")

@@ -46,6 +46,7 @@ class SpecError(Exception):
 
 
 EXIT_FINAL = 3
+STALLED_LIMIT = 2  # failed attempts in a row without a new checkpoint before giving up
 
 
 class LaunchFailed(Exception):
@@ -491,6 +492,9 @@ def launch(spec: Spec) -> int:
     n, status = (existing[-1][0], str(existing[-1][1].status)) if existing else (0, "")
     if status:
         log(f"found {attempt_id(spec.submission_id, n)} ({status}); the same run spec is never submitted twice")
+    # Failed attempts in a row that wrote no new step_N: a preemption costs at most the steps since
+    # the last checkpoint, a failure that repeats costs a whole start-up on every GPU each time.
+    stalled, step_at_submit = 0, None  # step_at_submit: None until this launcher submits
     while True:
         if status in ACTIVE:
             job_id = attempt_id(spec.submission_id, n)
@@ -519,6 +523,17 @@ def launch(spec: Spec) -> int:
             if not spec.follow:
                 log(f"{attempt_id(spec.submission_id, n)} FAILED; see `ray job logs {attempt_id(spec.submission_id, n)}`")
                 return EXIT_FINAL
+            if spec.checkpoint_dir and step_at_submit is not None:
+                newest = latest_step(spec.checkpoint_dir)
+                stalled = stalled + 1 if _step_rank(newest) <= step_at_submit else 0
+                if stalled >= STALLED_LIMIT and n < 1 + spec.max_restarts:
+                    job_id = attempt_id(spec.submission_id, n)
+                    log(
+                        f"{job_id} FAILED, as did the attempt before it, without a new checkpoint in {spec.checkpoint_dir} "
+                        f"(newest: {'step_' + str(newest) if newest is not None else 'none'}): a failure that repeats, not a "
+                        f"preemption; not resubmitting. See `ray job logs {job_id}`"
+                    )
+                    return EXIT_FINAL
             if n >= 1 + spec.max_restarts:
                 log(f"{attempt_id(spec.submission_id, n)} FAILED and no restarts are left ({spec.max_restarts} allowed)")
                 return EXIT_FINAL
@@ -527,12 +542,17 @@ def launch(spec: Spec) -> int:
         # submit the next attempt
         n += 1
         step = latest_step(spec.checkpoint_dir) if spec.checkpoint_dir else None
+        step_at_submit = _step_rank(step)
         where = f"resumes from step_{step} in {spec.checkpoint_dir}" if step is not None else "starts from step 0"
         job_id = runs.submit(n)
         log(f"attempt {n} submitted as {job_id}; {where}")
         status = runs.status(job_id)
         if status not in TERMINAL:
             status = "PENDING"
+
+
+def _step_rank(step: int | None) -> int:
+    return -1 if step is None else step
 
 
 # --- helm test ------------------------------------------------------------------------------
