@@ -18,7 +18,7 @@ def test_a_run_that_succeeds_is_submitted_once_and_followed(head, client, tmp_pa
     entry = stand_in(tmp_path, "ok", SUCCEEDS)
     proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, ray_version=ray.__version__)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "grpo step 2 reward 0.5" in proc.stdout  # logs streamed
+    assert [proc.stdout.count(f"grpo step {i} reward 0.5") for i in range(3)] == [1, 1, 1]  # streamed, each line once
     assert f"attempt 1 submitted as {rid}; starts from step 0" in proc.stdout
     assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED"}
 

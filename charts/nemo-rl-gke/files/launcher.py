@@ -372,10 +372,13 @@ def _retry(fn: Any, spec: Spec) -> Any:
 
 def follow_logs(runs: Runs, job_id: str) -> str:
     """Stream the run's logs to stdout until it ends; the status is polled, the stream only
-    feeds output (it may drop and reconnect, and ends a few seconds after the run)."""
+    feeds output (it may drop and reconnect, and ends a few seconds after the run). The whole log
+    is fetched at the end only when no stream could finish: a long run's log can be larger than
+    the launcher's memory."""
     lock = threading.Lock()
     printed = 0
-    done = threading.Event()
+    ended = threading.Event()  # the run is over: a stream that ends now has sent everything
+    complete = threading.Event()
 
     def emit(text: str, offset: int) -> None:
         # Streams restart from the beginning after a reconnect: print each byte once.
@@ -393,19 +396,28 @@ def follow_logs(runs: Runs, job_id: str) -> str:
             seen += len(chunk)
 
     def pump() -> None:
-        while not done.is_set():
+        tries_after_end = 0
+        while tries_after_end < 3:  # then the whole log is fetched instead
+            if ended.is_set():
+                tries_after_end += 1
             try:
                 asyncio.run(tail())
+                if ended.is_set():
+                    complete.set()
+                    return
             except Exception as e:  # a dropped websocket is normal on long runs
-                if not done.is_set():
+                if not ended.is_set():
                     log(f"log stream dropped ({type(e).__name__}); reconnecting")
-            done.wait(runs.spec.poll_interval_s)
+            ended.wait(runs.spec.poll_interval_s)
 
-    threading.Thread(target=pump, name="log-stream", daemon=True).start()
+    stream = threading.Thread(target=pump, name="log-stream", daemon=True)
+    stream.start()
     while (status := runs.status(job_id)) not in TERMINAL:
         time.sleep(runs.spec.poll_interval_s)
-    done.set()
-    emit(runs.logs(job_id), 0)
+    ended.set()
+    stream.join(timeout=60)
+    if not complete.is_set():
+        emit(runs.logs(job_id), 0)
     return status
 
 
