@@ -20,10 +20,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             doc = load_values(path)
         except InputError as e:
-            message = str(e)
-            if not message.startswith(f"{path}:"):  # say which of the files it is
-                message = f"{path}: {message}"
-            print(f"error: {message}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr)
             return 2
         if not args.no_chart_defaults:
             doc = as_helm_sees_it(doc)

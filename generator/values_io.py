@@ -24,13 +24,13 @@ class InputError(Exception):
     """Bad input from the user: reported as one line, exit status 2 (usage) or 1."""
 
 
-def _count_nodes(doc: Any, limit: int) -> int:
+def _count_nodes(doc: Any, limit: int, source: str) -> int:
     stack, seen = [doc], 0
     while stack:
         node = stack.pop()
         seen += 1
         if seen > limit:
-            raise InputError(f"document has more than {limit} nodes (YAML alias expansion?)")
+            raise InputError(f"{source}: document has more than {limit} nodes (YAML alias expansion?)")
         if isinstance(node, dict):
             stack.extend(node.keys())
             stack.extend(node.values())
@@ -51,7 +51,7 @@ def parse_yaml(text: str, source: str) -> Any:
         raise InputError(f"{source}: not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise InputError(f"{source}: YAML nested too deeply") from None
-    _count_nodes(doc, MAX_NODES)
+    _count_nodes(doc, MAX_NODES, source)
     return {} if doc is None else doc
 
 
