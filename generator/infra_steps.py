@@ -393,7 +393,7 @@ EOF
 
 def generate_command(o: InfraOptions) -> str:
     """The values-generator command with the options this script shares with it."""
-    argv = ["python -m generator", "--gpu", o.gpu]
+    argv = ["python", "-m", "generator", "--gpu", o.gpu]
     if o.mode != "standard":
         argv += ["--mode", o.mode]
     argv += ["--nodes", str(o.nodes)]
@@ -404,7 +404,7 @@ def generate_command(o: InfraOptions) -> str:
         # Pods select the reservation by its name (cloud.google.com/reservation-name), also when
         # the node pool was given its full path.
         argv += ["--reservation", reservation_name(o.reservation)]
-    return " ".join(argv[:1] + [shlex.quote(a) for a in argv[1:]])
+    return shlex.join(argv)
 
 
 def reservation_name(reservation: str) -> str:
