@@ -9,9 +9,8 @@ A kind with no schema is itself a finding.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -21,23 +20,13 @@ import yaml
 
 from .crd_schema import json_schema, load_crd
 from .schema import ROOT, dotted
+from .vendored import KUBERAY, crd_files
 
 # Kubernetes minor versions the chart supports: GKE's oldest for H200 RDMA (1.31) up to the
 # newest kubernetes-validate knows.
 KUBE_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
-CRD_SETS: tuple[str, ...] = ("kuberay-v1.3.2", "kuberay-v1.7.0")
+CRD_SETS: tuple[str, ...] = tuple(f"kuberay-{v}" for v in KUBERAY.versions)
 OWN_SCHEMAS = (ROOT / "schemas" / "gke-networking", ROOT / "schemas" / "external-secrets")
-
-
-def fixtures_dir(candidates: Sequence[str] | None = None) -> Path:
-    """The shared fixtures (KubeRay CRDs, NeMo RL configs): $NEMO_RL_GKE_FIXTURES, or the
-    `shared/fixtures` folder beside the checkout."""
-    if candidates is None:
-        candidates = [os.environ.get("NEMO_RL_GKE_FIXTURES", ""), str(ROOT.parent / "shared" / "fixtures"), "/work/shared/fixtures"]
-    for c in candidates:
-        if c and (Path(c) / "crds").is_dir():
-            return Path(c)
-    raise FileNotFoundError("KubeRay CRD fixtures not found: set NEMO_RL_GKE_FIXTURES to the folder holding crds/ and nemo-rl/")
 
 
 @dataclass(frozen=True)
@@ -66,9 +55,9 @@ def object_id(obj: dict[str, Any]) -> str:
 def _crd_sources() -> dict[tuple[str, str, str], list[tuple[str, Path]]]:
     """Which CRD file of each set declares each (group, version, kind)."""
     out: dict[tuple[str, str, str], list[tuple[str, Path]]] = {}
-    base = fixtures_dir() / "crds"
-    for crd_set in CRD_SETS:
-        for path in sorted((base / crd_set).glob("*.yaml")):
+    for version in KUBERAY.versions:
+        crd_set = f"kuberay-{version}"
+        for path in crd_files(version):
             for gvk in load_crd(path):
                 out.setdefault(gvk, []).append((crd_set, path))
     return out

@@ -11,6 +11,7 @@ Values: true/false (any case) are booleans, null is None, numbers are numbers, e
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 import shlex
 import sys
@@ -97,12 +98,25 @@ def lookup(config: dict[str, Any], key: str, default: Any = _MISSING) -> Any:
     return node
 
 
+def dotted_keys(config: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every key of a nested config, as dotted paths (maps and leaves)."""
+    out = []
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        out.append(key)
+        if isinstance(v, dict):
+            out.extend(dotted_keys(v, key + "."))
+    return out
+
+
 def apply_override(config: dict[str, Any], ov: Override) -> None:
     current = lookup(config, ov.key)
     if ov.prefix == "" and current is _MISSING:
-        raise OverrideError(f"{ov.key}={ov.value}: key not in the recipe's config; add it with '+{ov.key}=...'")
+        near = difflib.get_close_matches(ov.key, dotted_keys(config), n=1, cutoff=0.8)
+        fix = f"did you mean {near[0]}?" if near else f"check its spelling, or add a new key with '+{ov.key}=...'"
+        raise OverrideError(f"{ov.key}={ov.value}: key not in the recipe's config", fix)
     if ov.prefix == "+" and current is not _MISSING and current is not None:
-        raise OverrideError(f"+{ov.key}: key already in the recipe's config; override it without '+'")
+        raise OverrideError(f"+{ov.key}: key already in the recipe's config", f"write {ov.key}=... without '+'")
     node = config
     parts = ov.key.split(".")
     for part in parts[:-1]:

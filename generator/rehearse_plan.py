@@ -7,20 +7,12 @@ The result is the plan the stand-in driver (rehearse_driver.py) follows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .nemo_config import Override, OverrideError, apply_overrides, load_recipe, lookup, parse_entrypoint
-from .releases import RELEASES
+from .nemo_config import Override, OverrideError, apply_overrides, lookup, parse_entrypoint
+from .releases import release
 from .values_io import InputError
-
-# grpo_math_1B.yaml's values (every release), used when the recipe file is not available.
-RECIPE_DEFAULTS: dict[str, Any] = {
-    "cluster": {"num_nodes": 1, "gpus_per_node": 1},
-    "policy": {"generation": {"backend": "vllm", "colocated": {"enabled": True, "resources": {"num_nodes": None, "gpus_per_node": None}}}},
-    "env": {"math": {"num_workers": 8}},
-    "checkpointing": {"enabled": True},
-}
+from .vendored import load_release_recipe
 
 
 class RunConfigError(Exception):
@@ -30,7 +22,6 @@ class RunConfigError(Exception):
 @dataclass(frozen=True)
 class Settings:
     release: str
-    known_release: bool
     venv_reservation_skips_cpuless_nodes: bool
     num_nodes: int
     gpus_per_node: int
@@ -40,7 +31,7 @@ class Settings:
     backend: str
     math_workers: int
     checkpointing: bool
-    recipe_source: str  # where the recipe defaults came from
+    recipe_source: str  # <release>/<recipe>, under vendor/nemo-rl/
 
 
 def _int(cfg: dict[str, Any], key: str, default: int | None) -> int | None:
@@ -52,48 +43,27 @@ def _int(cfg: dict[str, Any], key: str, default: int | None) -> int | None:
     return int(value)
 
 
-def recipe_config(tag: str, recipe: str, fixtures: Path | None) -> tuple[dict[str, Any], str]:
-    """The recipe merged over its `defaults:` chain, from the release's configs when available."""
-    if fixtures is not None:
-        path = fixtures / "nemo-rl" / tag / recipe
-        if path.is_file():
-            return load_recipe(path), f"{tag}/{recipe}"
-    return RECIPE_DEFAULTS, "NeMo RL's grpo_math_1B defaults (recipe file not available)"
-
-
-def _fixtures() -> Path | None:
-    from .manifests import fixtures_dir
-
-    try:
-        return fixtures_dir()
-    except FileNotFoundError:
-        return None
-
-
-def settings(tag: str, entrypoint: str, fixtures: Path | None = None) -> Settings:
+def settings(tag: str, entrypoint: str) -> Settings:
+    """The run's settings from the release's own recipe (carried under vendor/nemo-rl/) and the
+    overrides; a release or recipe the repository does not carry is a MissingDataError."""
     try:
         command = parse_entrypoint(entrypoint)
     except OverrideError as e:
         raise InputError(f"launch.json entrypoint: {e}") from None
-    base, source = recipe_config(tag, command.recipe, fixtures if fixtures is not None else _fixtures())
-    overrides = command.overrides
-    if base is RECIPE_DEFAULTS:
-        # Without the recipe, whether a key exists is unknown: apply every override as `++key=value`.
-        overrides = ["++" + o.lstrip("+") for o in overrides]
+    base = load_release_recipe(tag, command.recipe)
     try:
-        cfg = apply_overrides(base, overrides)
+        cfg = apply_overrides(base, command.overrides)
     except OverrideError as e:
-        raise RunConfigError(f"OverridesError: Failed to parse Hydra overrides: {e}") from None
-    rel = RELEASES.get(tag)
+        fix = f" - {e.fix}" if e.fix else ""
+        raise RunConfigError(f"OverridesError: Failed to parse Hydra overrides: {e}{fix}") from None
+    rel = release(tag)
     num_nodes = _int(cfg, "cluster.num_nodes", 1) or 0
     gpus_per_node = _int(cfg, "cluster.gpus_per_node", 1) or 0
     if num_nodes < 1 or gpus_per_node < 1:
         raise RunConfigError(f"cluster.num_nodes={num_nodes} and cluster.gpus_per_node={gpus_per_node} must both be at least 1")
     return Settings(
         release=tag,
-        known_release=rel is not None,
-        # Unknown image tags are treated like v0.5.0/v0.6.0 (the stricter behaviour).
-        venv_reservation_skips_cpuless_nodes=rel is not None and not rel.head_needs_cpu,
+        venv_reservation_skips_cpuless_nodes=not rel.head_needs_cpu,
         num_nodes=num_nodes,
         gpus_per_node=gpus_per_node,
         colocated=bool(lookup(cfg, "policy.generation.colocated.enabled", True)),
@@ -102,7 +72,7 @@ def settings(tag: str, entrypoint: str, fixtures: Path | None = None) -> Setting
         backend=str(lookup(cfg, "policy.generation.backend", "vllm")),
         math_workers=_int(cfg, "env.math.num_workers", 8) or 0,
         checkpointing=bool(lookup(cfg, "checkpointing.enabled", True)),
-        recipe_source=source,
+        recipe_source=f"{tag}/{command.recipe}",
     )
 
 

@@ -138,7 +138,10 @@ def rehearse(req: Request, *, cluster: LocalCluster | None = None, write: Callab
     try:
         import ray
     except ImportError:
-        raise InputError("rehearse needs Ray on this machine: run scripts/setup.sh (it installs ray[default] into .venv)") from None
+        raise InputError(
+            "rehearse needs Ray, which this Python lacks: run scripts/setup.sh (without --no-rehearse), "
+            "or scripts/bootstrap.sh rehearse, then use .venv/bin/python"
+        ) from None
     out.note(
         f"{req.values}: RayCluster {rendered.cluster_name}, NeMo RL image {tag} (Ray {rendered.ray_version} in the image, "
         f"{ray.__version__} here), rendered with Helm {helm_version}"
@@ -149,8 +152,6 @@ def rehearse(req: Request, *, cluster: LocalCluster | None = None, write: Callab
         out.note(f"FAIL: NeMo RL stops on the config before asking Ray for anything: {e}")
         out.note("change grpo.overrides: run `python -m generator validate` on the file for details")
         return 1
-    if not s.known_release:
-        out.note(f"image tag {tag} is not a release the rehearsal knows; assuming v0.5.0/v0.6.0 behaviour (the stricter)")
     out.note(f"run settings ({s.recipe_source} + overrides): {describe_settings(s)}")
     drill = req.drill == "preempt"
     if drill and not s.checkpointing:

@@ -9,9 +9,9 @@ import pytest
 from conftest import kinds, one, render, values_for, with_changes
 
 from generator import grpo
-from generator.manifests import fixtures_dir
 from generator.nemo_config import Override, OverrideError, apply_override, apply_overrides, load_recipe, parse_entrypoint, parse_value
 from generator.releases import RELEASES
+from generator.vendored import recipe_path
 
 TAGS = sorted(RELEASES)
 
@@ -22,7 +22,7 @@ def helm4(helms):
 
 
 def recipe_config(tag: str, recipe: str) -> dict:
-    return load_recipe(fixtures_dir() / "nemo-rl" / tag / recipe)
+    return load_recipe(recipe_path(tag, recipe))
 
 
 def overrides(values: dict) -> dict:

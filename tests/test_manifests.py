@@ -80,10 +80,3 @@ def test_network_objects_are_checked_against_the_documented_fields(default_objec
 def test_a_kind_without_schema_is_a_finding():
     (f,) = manifests.validate_object({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
     assert f.message == "no schema for example.com/v1 Widget"
-
-
-def test_fixtures_dir_error_names_the_variable(tmp_path):
-    with pytest.raises(FileNotFoundError, match="NEMO_RL_GKE_FIXTURES"):
-        manifests.fixtures_dir([str(tmp_path), ""])
-    (tmp_path / "crds").mkdir()
-    assert manifests.fixtures_dir([str(tmp_path)]) == tmp_path

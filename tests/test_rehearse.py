@@ -141,6 +141,17 @@ def test_missing_or_invalid_values_file_is_one_line(tmp_path: Path) -> None:
     assert no_run.stderr.strip() == expected
 
 
+def test_a_release_the_repository_does_not_carry_is_an_error_naming_it_and_the_recipe(tmp_values: Path) -> None:
+    values = build(Options(gpu="h200"))
+    values["image"]["tag"] = "v0.4.0"
+    proc = cli(str(write(tmp_values, "v040", values)), tag=f"rh-test-{uuid.uuid4().hex[:8]}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: NeMo RL v0.4.0: this repository carries no configs of that release, so its recipe examples/")
+    assert "use a release it carries (v0.5.0, v0.6.0, v0.7.0" in line
+    assert "[stand-in]" not in proc.stdout  # no Ray cluster was started for it
+
+
 def test_more_worker_nodes_than_max_nodes_is_a_clear_error(tmp_values: Path) -> None:
     path = write(tmp_values, "four", build(Options(gpu="h200", nodes=4)))
     proc = cli(str(path), "--max-nodes", "3", tag=f"rh-test-{uuid.uuid4().hex[:8]}")
@@ -168,7 +179,9 @@ class TestOnTheTutorialsTopology:
         path = write(tmp_values, f"tutorial-{release}", build(Options(gpu="h200", release=release)))
         rc, out = run_in(tutorial, path)
         assert rc == 0, out
+        recipe = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml"
         for line in (
+            f"rehearse: run settings ({release}/{recipe} + overrides): cluster.num_nodes 2 x 8 GPUs",
             f"[stand-in] NeMo RL {release} resource requests",
             "[stand-in]   placement group grpo_train_cluster-node0: 8 x {CPU: 1, GPU: 1} PACK -> placed on gpu-",
             "[stand-in]   placement group grpo_inference_cluster-node0: 8 x {CPU: 1, GPU: 1} PACK -> placed on gpu-",

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from generator.helm import HelmError
-from generator.nemo_config import apply_overrides, load_recipe, parse_entrypoint
+from generator.nemo_config import apply_overrides, parse_entrypoint
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = "hf_FAKE_TOKEN_0123456789abcdef"
@@ -199,9 +199,9 @@ def test_flex_start_saves_before_the_7_day_limit(helm):
     assert "checkpointing.checkpoint_must_save_by=06:22:00:00" in v["grpo"]["overrides"]
     cm = next(c for c in kinds(render(helm, [v]), "ConfigMap") if "launch.json" in c["data"])
     cmd = parse_entrypoint(json.loads(cm["data"]["launch.json"])["entrypoint"])
-    from generator.manifests import fixtures_dir
+    from generator.vendored import load_release_recipe
 
-    cfg = apply_overrides(load_recipe(fixtures_dir() / "nemo-rl" / "v0.7.0" / cmd.recipe), cmd.overrides)
+    cfg = apply_overrides(load_release_recipe("v0.7.0", cmd.recipe), cmd.overrides)
     assert cfg["checkpointing"]["checkpoint_must_save_by"] == "06:22:00:00"
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Finding
-from . import accelerator, autopilot, names, nemo_rl, networks, operations, resources, secrets, storage
+from . import accelerator, autopilot, names, nemo_rl, networks, operations, recipe, resources, secrets, storage
 from .context import Context
 
-RULES = (accelerator, autopilot, resources, networks, nemo_rl, storage, names, secrets, operations)
+RULES = (accelerator, autopilot, resources, networks, nemo_rl, recipe, storage, names, secrets, operations)
 
 
 def run_checks(values: dict[str, Any], release_name: str = "nemo-rl") -> list[Finding]:

@@ -565,6 +565,28 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["grpo"].update(extraOverrides=["++foo.bar=" + "9" * 5000]),
     ),
+    # the release's own recipe (vendor/nemo-rl/)
+    "nemo-override-misspelt": (
+        "an extra override whose key the release's recipe does not have (a typo)",
+        "grpo.extraOverrides[grpo.val_perod]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["grpo.val_perod=10"]),
+    ),
+    "nemo-plus-on-existing-key": (
+        "a '+' on a key the recipe already has",
+        "grpo.extraOverrides[grpo.val_period]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["+grpo.val_period=10"]),
+    ),
+    "nemo-release-not-carried": (
+        "an image tag whose NeMo RL configs the repository does not carry",
+        "image.tag",
+        False,
+        {},
+        lambda v: v["image"].update(tag="v0.4.0"),
+    ),
 }
 
 

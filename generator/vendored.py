@@ -1,0 +1,301 @@
+"""Third-party data the product reads, carried in the repository under `vendor/`.
+
+Two sets, each copied unmodified from a public repository, with a provenance note and a checksum
+list (`PROVENANCE.md`, `SHA256SUMS`) that this module writes and a test verifies:
+
+- `vendor/kuberay/<version>/`: the KubeRay CRDs (RayCluster, RayJob) of the operator versions
+  the chart must render for; `manifests` validates every rendered RayCluster against each;
+- `vendor/nemo-rl/<tag>/`: the NeMo RL example configs of every release the generator offers, in
+  the repository's own layout so each recipe's `defaults:` chain resolves; `validate` and
+  `rehearse` merge the chosen release's own recipe from here.
+
+The files are data, never hand-edited: `scripts/vendor.sh FOLDER` refreshes both sets from a
+folder laid out as `crds/kuberay-<version>/*.yaml` and `nemo-rl/<tag>/examples/configs/...`.
+Nothing here reads a path outside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .schema import ROOT
+from .values_io import InputError
+
+VENDOR = ROOT / "vendor"
+SUMS = "SHA256SUMS"
+PROVENANCE = "PROVENANCE.md"
+
+
+class MissingDataError(InputError):
+    """A data file the repository should carry is absent: one line naming it and the fix."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(f"{message} - {fix}")
+        self.message = message
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class DataSet:
+    name: str  # folder under vendor/
+    repository: str  # on GitHub
+    license: str
+    upstream_path: str  # where the files sit in the upstream repository, for each version
+    source_folder: str  # where refresh finds one version in the folder it is given
+    versions: dict[str, str]  # version -> upstream commit
+    purpose: str
+
+    @property
+    def root(self) -> Path:
+        return VENDOR / self.name
+
+
+KUBERAY = DataSet(
+    name="kuberay",
+    repository="ray-project/kuberay",
+    license="Apache-2.0",
+    upstream_path="helm-chart/kuberay-operator/crds/<file>",
+    source_folder="crds/kuberay-{version}",
+    versions={
+        # The oldest operator a managed Ray add-on may still run, and the newest release.
+        "v1.3.2": "66e4132c0d3f0fe1f258004073284583994b2341",
+        "v1.7.0": "59d663aeec13760646da3db9c1cf8cfe883e30b7",
+    },
+    purpose="Every rendered RayCluster must be valid under both versions' CRD schemas.",
+)
+
+NEMO_RL = DataSet(
+    name="nemo-rl",
+    repository="NVIDIA-NeMo/RL",
+    license="Apache-2.0",
+    upstream_path="the same relative path (examples/configs/...)",
+    source_folder="nemo-rl/{version}",
+    versions={
+        "v0.5.0": "6c7089300fded94abfa49bb9cbf9eb357d862461",
+        "v0.6.0": "5fb588932bf835506a8a5bac01de4f8c7ab0a065",
+        "v0.7.0": "81aa43dda4765b0429cf31dab44441e4e4383911",
+    },
+    purpose="The recipes the generator chooses, merged over their `defaults:` chains by validate and rehearse.",
+)
+
+SETS: tuple[DataSet, ...] = (KUBERAY, NEMO_RL)
+REFRESH = "scripts/vendor.sh refresh FOLDER"
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def crd_files(version: str) -> list[Path]:
+    """The KubeRay CRD files of one operator version."""
+    folder = KUBERAY.root / version
+    files = sorted(folder.glob("*.yaml"))
+    if not files:
+        raise MissingDataError(
+            f"{_relative(folder)}: the KubeRay {version} CRDs are missing from this checkout", "restore them with git checkout -- vendor/"
+        )
+    return files
+
+
+def carried_releases() -> tuple[str, ...]:
+    return tuple(NEMO_RL.versions)
+
+
+def recipe_path(tag: str, recipe: str) -> Path:
+    """The file of one recipe of one NeMo RL release, or an error naming both and what to do."""
+    if tag not in NEMO_RL.versions:
+        raise MissingDataError(
+            f"NeMo RL {tag}: this repository carries no configs of that release, so its recipe {recipe} cannot be checked",
+            f"use a release it carries ({', '.join(NEMO_RL.versions)}: python -m generator --release ...), "
+            f"or add its configs with {REFRESH}",
+        )
+    path = NEMO_RL.root / tag / recipe
+    if not path.is_file():
+        raise MissingDataError(
+            f"NeMo RL {tag} recipe {recipe}: not in this repository ({_relative(NEMO_RL.root / tag)}/)",
+            f"use a recipe the generator writes for {tag} (python -m generator), or add it with {REFRESH}",
+        )
+    return path
+
+
+def defaults_chain(path: Path) -> list[Path]:
+    """The recipe file and every file its `defaults:` chain names, recursively (missing ones too)."""
+    out: list[Path] = []
+    todo = [path]
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.append(p)
+        if not p.is_file():
+            continue
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        parents = doc.get("defaults") if isinstance(doc, dict) else None
+        for parent in [parents] if isinstance(parents, str) else parents or []:
+            todo.append((p.parent / str(parent)).resolve())
+    return out
+
+
+def load_release_recipe(tag: str, recipe: str) -> dict:
+    """The release's own recipe merged over its `defaults:` chain, as NeMo RL loads it."""
+    from .nemo_config import load_recipe
+
+    path = recipe_path(tag, recipe)
+    for p in defaults_chain(path):
+        if not p.is_file():
+            raise MissingDataError(
+                f"NeMo RL {tag} recipe {recipe}: its defaults chain names {_relative(p)}, which this repository lacks",
+                f"add it with {REFRESH}",
+            )
+    return load_recipe(path)
+
+
+# --- checking and refreshing -----------------------------------------------------------------
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _data_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name not in (SUMS, PROVENANCE))
+
+
+def checksum_text(root: Path) -> str:
+    """`sha256sum` format, so `cd vendor/<set> && sha256sum -c SHA256SUMS` checks it too."""
+    return "".join(f"{sha256(p)}  {p.relative_to(root).as_posix()}\n" for p in _data_files(root))
+
+
+def verify(data: DataSet, root: Path | None = None) -> list[str]:
+    """What differs from the checksum list: changed, missing and unlisted files."""
+    root = root or data.root
+    sums = root / SUMS
+    if not sums.is_file():
+        return [f"{_relative(sums)}: missing"]
+    listed = {}
+    for line in sums.read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name] = digest
+    problems = []
+    for name, digest in listed.items():
+        p = root / name
+        if not p.is_file():
+            problems.append(f"{_relative(p)}: listed in {SUMS} but missing")
+        elif sha256(p) != digest:
+            problems.append(f"{_relative(p)}: checksum differs from {SUMS} (edited by hand? refresh with {REFRESH})")
+    for p in _data_files(root):
+        if p.relative_to(root).as_posix() not in listed:
+            problems.append(f"{_relative(p)}: not listed in {SUMS}")
+    return problems
+
+
+def provenance_text(data: DataSet) -> str:
+    lines = [
+        f"# {data.name}: copied unmodified from github.com/{data.repository}",
+        "",
+        f"Written by `{REFRESH}` (generator/vendored.py); never edit these files by hand.",
+        "",
+        f"- repository: https://github.com/{data.repository}",
+        f"- license: {data.license} (the upstream repository's LICENSE file)",
+        f"- path upstream: {data.upstream_path}",
+        f"- use here: {data.purpose}",
+        f"- checksums: {SUMS} (sha256sum format)",
+        "",
+        "| version | commit |",
+        "|---|---|",
+        *(f"| {v} | {c} |" for v, c in data.versions.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _needed_recipes() -> list[tuple[str, str]]:
+    """(release, recipe) for every recipe the generator can choose for every release it offers."""
+    from .grpo import MODELS
+
+    return [(tag, m.recipe) for tag in NEMO_RL.versions for m in MODELS.values()]
+
+
+def _stage(data: DataSet, source: Path, stage: Path) -> None:
+    for version in data.versions:
+        src = source / data.source_folder.format(version=version)
+        if not src.is_dir():
+            layout = data.source_folder.format(version="<version>")
+            raise MissingDataError(f"{src}: missing", f"give a folder holding {layout}/ for {version}")
+        files = sorted(p for p in src.rglob("*.yaml") if p.is_file())
+        if not files:
+            raise MissingDataError(f"{src}: holds no .yaml files", f"copy {data.repository} {version}'s files there")
+        for p in files:
+            dest = stage / version / p.relative_to(src)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, dest)
+    (stage / SUMS).write_text(checksum_text(stage), encoding="utf-8")
+    (stage / PROVENANCE).write_text(provenance_text(data), encoding="utf-8")
+
+
+def refresh(source: Path, vendor: Path = VENDOR) -> list[str]:
+    """Replace both sets under `vendor` with the files in `source`; nothing is changed unless
+    every set is complete (every version, every generator recipe with its defaults chain)."""
+    with tempfile.TemporaryDirectory(prefix=".vendor-", dir=vendor.parent) as tmp:
+        staged = {}
+        for data in SETS:
+            stage = Path(tmp) / data.name
+            _stage(data, source, stage)
+            staged[data.name] = stage
+        for tag, recipe in _needed_recipes():
+            for p in defaults_chain((staged[NEMO_RL.name] / tag / recipe).resolve()):
+                if not p.is_file():
+                    missing = p.relative_to(staged[NEMO_RL.name].resolve() / tag)
+                    raise MissingDataError(f"{source}: NeMo RL {tag} lacks {missing}", f"copy it from {NEMO_RL.repository} at {tag}")
+        report = []
+        vendor.mkdir(exist_ok=True)
+        for data in SETS:
+            dest = vendor / data.name
+            old = Path(tmp) / f"{data.name}.old"
+            if dest.exists():
+                dest.rename(old)
+            staged[data.name].rename(dest)
+            report.append(f"{_relative(dest)}: {len(_data_files(dest))} files")
+        return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/vendor.sh", description="check or refresh the data under vendor/")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("check", help="verify every file against its SHA256SUMS")
+    r = sub.add_parser("refresh", help="copy both sets from FOLDER (crds/kuberay-<v>/, nemo-rl/<tag>/)")
+    r.add_argument("folder", type=Path)
+    args = p.parse_args(argv)
+    try:
+        if args.command == "refresh":
+            for line in refresh(args.folder.resolve()):
+                print(line)
+            return 0
+        problems = [msg for data in SETS for msg in verify(data)]
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for msg in problems:
+        print(f"error: {msg}", file=sys.stderr)
+    if not problems:
+        print(f"vendor/: {sum(len(_data_files(d.root)) for d in SETS)} files match their checksums")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
