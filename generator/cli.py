@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import grpo, networks, releases
 from .profiles import ACCELERATORS
@@ -181,7 +182,37 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
+class StdoutError(OSError):
+    """A write to standard output failed (a full disk, a closed terminal)."""
+
+
+class _GuardedStdout:
+    """sys.stdout whose write errors say that they are errors of standard output."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def write(self, text: str) -> int:
+        return self._call(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._call(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    real = sys.stdout
+    sys.stdout = _GuardedStdout(real)  # type: ignore[assignment]
     try:
         try:
             return _main(argv)
@@ -191,12 +222,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`... | head`): nothing to tell it; fail like a process killed by SIGPIPE.
         _quiet_stdout()
         return 128 + signal.SIGPIPE
-    except OSError as e:
+    except StdoutError as e:
         _quiet_stdout()
-        where = f"{e.filename}" if e.filename is not None else "cannot write to standard output"
         with contextlib.suppress(OSError):
-            print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+            print(f"error: cannot write to standard output: {e.strerror or e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        where = f"{e.filename}: {e.strerror or e}" if e.filename is not None else str(e)
+        print(f"error: {where}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout = real
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -1,32 +1,50 @@
 #!/usr/bin/env bash
-# Set everything up and run the main job: install (virtualenv, pinned dependencies, pinned Helm
-# binaries), generate the B200 and H200 values files, validate them, render the chart for both
-# into out/ with every object validated, and print a summary.
+# The user's set-up and main job: install the user's profile (.venv with the run-time
+# dependencies and a local Ray for `rehearse`; --no-rehearse leaves Ray out), the pinned Helm
+# binaries, then generate the B200 and H200 values files, validate them, lint the chart with both
+# Helm majors, render it for both into out/ with every object validated, and say what comes next.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+
+profile=rehearse
+for arg in "$@"; do
+  case "$arg" in
+    --no-rehearse) profile=user ;;
+    -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: scripts/setup.sh [--no-rehearse]" >&2; exit 2 ;;
+  esac
+done
+scripts/bootstrap.sh "$profile"
 
 py=.venv/bin/python
 echo "==> generate values files"
-for gpu in b200 h200; do
+for gpu in $("$py" -c 'from generator.profiles import ACCELERATORS; print(*ACCELERATORS)'); do
   if [ -e "values-$gpu.yaml" ]; then
     # never over a file the user may have edited (README, step 2)
-    echo "  values-$gpu.yaml exists: kept (delete it to write a fresh one)"
+    echo "    values-$gpu.yaml exists: kept (delete it to write a fresh one)"
   else
-    "$py" -m generator --gpu "$gpu"
+    "$py" -m generator --gpu "$gpu" | sed 's/^/    /'
   fi
 done
 echo "==> validate"
-"$py" -m generator validate values-b200.yaml values-h200.yaml
+"$py" -m generator validate values-b200.yaml values-h200.yaml | sed 's/^/    /'
 echo "==> lint (helm lint --strict, both pinned Helm majors)"
 for helm in .tools/helm/*/helm; do
   for f in values-b200.yaml values-h200.yaml; do
     "$helm" lint --strict charts/nemo-rl-gke -f "$f" >/dev/null
   done
-  echo "  $("$helm" version --short): ok"
+  echo "    $("$helm" version --short): ok"
 done
 echo "==> render and validate every object"
-"$py" -m generator render values-b200.yaml values-h200.yaml --out out
-echo
-echo "Done. Next: create the cluster (python -m generator infra --help), then"
-echo "  helm install nemo-rl charts/nemo-rl-gke -f values-h200.yaml"
+"$py" -m generator render values-b200.yaml values-h200.yaml --out out | sed 's/^/    /'
+
+cat <<'NEXT'
+
+Done. Next (the README's "Install on GKE" has each step):
+  source .venv/bin/activate
+  python -m generator infra --gpu h200 --project PROJECT --region REGION --zone ZONE -o infra.sh
+  bash infra.sh     # cluster, GPU pool, Lustre; ends by printing the generator and `helm install` lines to use
+  kubectl create secret generic nemo-rl-tokens --from-file=HF_TOKEN=./hf_token    # gated models (Gemma, Llama) and W&B only
+  python -m generator validate values-h200.yaml
+  helm install nemo-rl charts/nemo-rl-gke -f values-h200.yaml --set ...            # the line infra.sh printed, as printed
+NEXT

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The project's test command: installs what is missing, then lint + the whole test suite.
+# The project's test command: installs the contributor's profile (scripts/bootstrap.sh dev:
+# everything the user's has, plus pytest, hypothesis, ruff and shellcheck) where it is missing,
+# then lint, the vendored data's checksums, and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh dev
 echo "==> ruff"
 .venv/bin/ruff check .
+echo "==> vendored data (scripts/vendor.sh check)"
+scripts/vendor.sh check | sed 's/^/    /'
 echo "==> pytest"
 # Six workers on two cores: the slow tests wait on Ray clusters and subprocesses, not the CPU
 # (measured: 200 s with 6 workers, 218 s with 8: the two cores are the limit).
