@@ -29,7 +29,8 @@ stamp=.venv/.profile
 # A stamp is "<rank> <name> <sha256 of the lock and pyproject.toml>"; it is current when its lock is unchanged.
 current() {
   local have_rank have_name have_sha
-  read -r have_rank have_name have_sha < "$stamp" 2>/dev/null || return 1
+  [ -f "$stamp" ] || return 1
+  read -r have_rank have_name have_sha < "$stamp" || return 1
   [ -x .venv/bin/python ] && [ "$have_rank" -ge "$rank" ] \
     && [ "$have_sha" = "$(cat "requirements/$have_name.lock" pyproject.toml | sha256sum | cut -d' ' -f1)" ]
 }
@@ -43,7 +44,7 @@ else
   # One line per package as pip takes it, so a minute of downloading is not a silent minute.
   set +e
   .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off -r "$lock" 2>&1 \
-    | tee .venv/pip.log | sed -u -n 's/^Collecting \([^ ]*\).*/    \1/p'
+    | tee .venv/pip.log | sed -u -n -e 's/^Collecting \([^ ]*\).*/    \1/p' -e 's/^Processing .*\/\([^/ ]*\)\.whl.*/    \1/p'
   rc=${PIPESTATUS[0]}
   set -e
   if [ "$rc" -ne 0 ]; then
