@@ -30,6 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ ACTIVE = {"PENDING", "RUNNING"}
 MAX_SPEC_BYTES = 1 << 20
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 STEP_DIR = re.compile(r"^step_(\d+)$")
+UNBOUNDED_S = 10**7  # the longest wait a spec may ask for
 INTERFACES_TAG = "NEMO_RL_GKE_INTERFACES "
 
 
@@ -75,77 +77,119 @@ class Spec:
         return float(self.timeouts.get(name, default))
 
 
-# key -> (types, required)
-SPEC_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "address": ((str,), True),
-    "submission_id": ((str,), True),
-    "entrypoint": ((str,), True),
-    "expected_gpus": ((int,), True),
-    "expected_nodes": ((int,), False),
-    "checkpoint_dir": ((str,), False),
-    "wait_for_files": ((list,), False),
-    "follow": ((bool,), False),
-    "max_restarts": ((int,), False),
-    "previous_runs": ((str,), False),
-    "timeouts": ((dict,), False),
-    "poll_interval_s": ((int, float), False),
-    "metadata": ((dict,), False),
-    "expected_interfaces": ((list,), False),
-    "ray_version": ((str,), False),
+def _ok(key: str, value: Any) -> str:
+    return ""
+
+
+def _url(key: str, value: str) -> str:
+    return "" if re.fullmatch(r"^https?://[^\s/]+(:\d+)?/?$", value) else f"{key}: {value!r} is not an http(s)://host:port URL"
+
+
+def _run_id(key: str, value: str) -> str:
+    return "" if ID_PATTERN.fullmatch(value) else f"{key}: use 1-100 letters, digits, '.', '_' or '-'"
+
+
+def _one_line(key: str, value: str) -> str:
+    return "" if value.strip() and "\n" not in value and len(value) <= 100_000 else f"{key}: must be one non-empty line"
+
+
+def _count(key: str, value: int) -> str:
+    return "" if 0 <= value <= 100_000 else f"{key}: {value} is out of range 0-100000"
+
+
+def _previous_runs(key: str, value: str) -> str:
+    return "" if value in ("wait", "stop") else f"{key}: must be 'wait' or 'stop'"
+
+
+def _strings(key: str, value: list[Any]) -> str:
+    return "" if all(isinstance(i, str) and i and "\n" not in i for i in value) else f"{key}: must be a list of non-empty strings"
+
+
+def _absolute_files(key: str, value: list[Any]) -> str:
+    if why := _strings(key, value):
+        return why
+    return next((f"{key}: {f!r} is not an absolute path" for f in value if not f.startswith("/")), "")
+
+
+def _checkpoint_dir(key: str, value: str) -> str:
+    if value and (not value.startswith("/") or ".." in value.split("/") or "\n" in value):
+        return f"{key}: {value!r} must be an absolute path on the shared volume, without '..'"
+    return ""
+
+
+def _timeouts(key: str, value: dict[Any, Any]) -> str:
+    for k, v in value.items():
+        if k not in TIMEOUT_KEYS:
+            return f"{key}.{k}: unknown (allowed: {', '.join(TIMEOUT_KEYS)})"
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= UNBOUNDED_S:
+            return f"{key}.{k}: must be a number of seconds between 0 and {UNBOUNDED_S}"
+    return ""
+
+
+def _poll(key: str, value: float) -> str:
+    return "" if 0.01 <= value <= 3600 else f"{key}: must be between 0.01 and 3600"
+
+
+def _string_map(key: str, value: dict[Any, Any]) -> str:
+    return "" if all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()) else f"{key}: keys and values must be strings"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the spec: its JSON types, whether it must be there, and what else its value
+    must satisfy (`check` returns why it does not, "" when it does)."""
+
+    types: tuple[type, ...]
+    required: bool = False
+    check: Callable[[str, Any], str] = _ok
+
+
+SPEC_KEYS: dict[str, Key] = {
+    "address": Key((str,), True, _url),
+    "submission_id": Key((str,), True, _run_id),
+    "entrypoint": Key((str,), True, _one_line),
+    "expected_gpus": Key((int,), True, _count),
+    "expected_nodes": Key((int,), check=_count),
+    "checkpoint_dir": Key((str,), check=_checkpoint_dir),
+    "wait_for_files": Key((list,), check=_absolute_files),
+    "follow": Key((bool,)),
+    "max_restarts": Key((int,), check=_count),
+    "previous_runs": Key((str,), check=_previous_runs),
+    "timeouts": Key((dict,), check=_timeouts),
+    "poll_interval_s": Key((int, float), check=_poll),
+    "metadata": Key((dict,), check=_string_map),
+    "expected_interfaces": Key((list,), check=_strings),
+    "ray_version": Key((str,)),
 }
 TIMEOUT_KEYS = ("files_s", "head_s", "gpus_s", "previous_s", "running_s")
 
 
+def _shape_error(k: str, key: Key, data: dict[str, Any]) -> str:
+    """Why the key is missing or of the wrong JSON type ("" when it is fine)."""
+    if k not in data:
+        return f"{k}: required key is missing" if key.required else ""
+    value = data[k]
+    if isinstance(value, bool) and bool not in key.types:
+        return f"{k}: expected {key.types[0].__name__}, got a boolean"
+    if not isinstance(value, key.types):
+        return f"{k}: expected {key.types[0].__name__}, got {type(value).__name__}"
+    return ""
+
+
 def parse_spec(data: Any) -> Spec:
-    """Check every key and type; a bad spec is reported as one line naming the key."""
+    """Check every key and type, then every value, as SPEC_KEYS says; a bad spec is reported as
+    one line naming the key."""
     if not isinstance(data, dict):
         raise SpecError("spec must be a JSON object")
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:
         raise SpecError(f"unknown key {unknown[0]!r} (allowed: {', '.join(SPEC_KEYS)})")
-    for key, (types, required) in SPEC_KEYS.items():
-        if key not in data:
-            if required:
-                raise SpecError(f"{key}: required key is missing")
-            continue
-        value = data[key]
-        if isinstance(value, bool) and bool not in types:
-            raise SpecError(f"{key}: expected {types[0].__name__}, got a boolean")
-        if not isinstance(value, types):
-            raise SpecError(f"{key}: expected {types[0].__name__}, got {type(value).__name__}")
-    if not re.fullmatch(r"^https?://[^\s/]+(:\d+)?/?$", data["address"]):
-        raise SpecError(f"address: {data['address']!r} is not an http(s)://host:port URL")
-    if not ID_PATTERN.fullmatch(data["submission_id"]):
-        raise SpecError("submission_id: use 1-100 letters, digits, '.', '_' or '-'")
-    entry = data["entrypoint"]
-    if not entry.strip() or "\n" in entry or len(entry) > 100_000:
-        raise SpecError("entrypoint: must be one non-empty line")
-    for key in ("expected_gpus", "expected_nodes", "max_restarts"):
-        if key in data and not 0 <= data[key] <= 100_000:
-            raise SpecError(f"{key}: {data[key]} is out of range 0-100000")
-    if data.get("previous_runs", "wait") not in ("wait", "stop"):
-        raise SpecError("previous_runs: must be 'wait' or 'stop'")
-    for key in ("wait_for_files", "expected_interfaces"):
-        items = data.get(key, [])
-        if not all(isinstance(i, str) and i and "\n" not in i for i in items):
-            raise SpecError(f"{key}: must be a list of non-empty strings")
-    for f in data.get("wait_for_files", []):
-        if not f.startswith("/"):
-            raise SpecError(f"wait_for_files: {f!r} is not an absolute path")
-    ckpt = data.get("checkpoint_dir") or ""
-    if ckpt and (not ckpt.startswith("/") or ".." in ckpt.split("/") or "\n" in ckpt):
-        raise SpecError(f"checkpoint_dir: {ckpt!r} must be an absolute path on the shared volume, without '..'")
-    for k, v in data.get("timeouts", {}).items():
-        if k not in TIMEOUT_KEYS:
-            raise SpecError(f"timeouts.{k}: unknown (allowed: {', '.join(TIMEOUT_KEYS)})")
-        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 10**7:
-            raise SpecError(f"timeouts.{k}: must be a number of seconds between 0 and 10000000")
-    poll = data.get("poll_interval_s", 10)
-    if not 0.01 <= poll <= 3600:
-        raise SpecError("poll_interval_s: must be between 0.01 and 3600")
-    meta = data.get("metadata", {})
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-        raise SpecError("metadata: keys and values must be strings")
+    for k, key in SPEC_KEYS.items():
+        if why := _shape_error(k, key, data):
+            raise SpecError(why)
+    for k, key in SPEC_KEYS.items():
+        if k in data and (why := key.check(k, data[k])):
+            raise SpecError(why)
     return Spec(**data)
 
 
