@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -539,72 +539,125 @@ def settle_previous_runs(runs: Runs) -> None:
     )
 
 
+# --- the retry policy: what to do after each look at the run, without I/O --------------------
+
+FOLLOW, WAIT_START, SUBMIT, STOP = "follow", "wait-start", "submit", "stop"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the launcher knows of the run when it decides."""
+
+    attempt: int  # the newest attempt's number; 0: none yet
+    status: str  # its Ray status; "" when there is none
+    started: bool = False  # the status is the answer of a wait for the start (launcher.follow false)
+    stalled: int = 0  # failed attempts in a row, before this one, that wrote no new checkpoint
+    step_at_submit: int | None = None  # newest step (-1: none) when this launcher submitted it; None: it did not
+    newest_step: int | None = None  # the newest step now (measured only when wants_progress)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # FOLLOW, WAIT_START, SUBMIT or STOP
+    why: str = ""  # the line to log ("" for none)
+    exit_code: int = 0  # STOP: the launcher's exit status
+    stalled: int = 0  # the count of stalled failures to carry on
+    after_failure: bool = False  # SUBMIT: a resubmission, which first waits for the GPUs
+
+
+def wants_progress(spec: Spec, seen: Seen) -> bool:
+    """Whether `decide` needs the newest checkpoint step: after a failure of an attempt this
+    launcher submitted, when it follows the run and knows its checkpoint folder."""
+    return seen.status == "FAILED" and spec.follow and bool(spec.checkpoint_dir) and seen.step_at_submit is not None
+
+
+def decide(spec: Spec, seen: Seen) -> Decision:
+    """Follow the run, wait for it to start, submit the next attempt, or stop (and why)."""
+    job_id = attempt_id(spec.submission_id, seen.attempt)
+    if seen.started and seen.status in ("RUNNING", "SUCCEEDED"):
+        return Decision(STOP, f"{job_id} is {seen.status}; exiting (launcher.follow is false)")
+    if seen.status in ACTIVE:
+        return Decision(FOLLOW if spec.follow else WAIT_START, stalled=seen.stalled)
+    if seen.status == "SUCCEEDED":
+        return Decision(STOP, f"run {spec.submission_id} succeeded")
+    if seen.status == "STOPPED":
+        return Decision(
+            STOP,
+            f"{job_id} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop); "
+            f"not resubmitting. To continue it from its newest checkpoint: `ray job delete {job_id}`, then "
+            "`kubectl delete job` this launcher's Job and `helm upgrade` the release with the same values",
+            EXIT_FINAL,
+        )
+    if seen.status == "FAILED":
+        return _after_failure(spec, seen, job_id)
+    return Decision(SUBMIT, stalled=seen.stalled)
+
+
+def _after_failure(spec: Spec, seen: Seen, job_id: str) -> Decision:
+    # Failed attempts in a row that wrote no new step_N: a preemption costs at most the steps since
+    # the last checkpoint, a failure that repeats costs a whole start-up on every GPU each time.
+    if not spec.follow:
+        return Decision(STOP, f"{job_id} FAILED; see `ray job logs {job_id}`", EXIT_FINAL)
+    stalled, n, newest, at_submit = seen.stalled, seen.attempt, seen.newest_step, seen.step_at_submit
+    out_of_restarts = n >= 1 + spec.max_restarts
+    if wants_progress(spec, seen) and at_submit is not None:
+        stalled = stalled + 1 if _step_rank(newest) <= at_submit else 0
+        if stalled >= STALLED_LIMIT and not out_of_restarts:
+            return Decision(
+                STOP,
+                f"{job_id} FAILED, as did the attempt before it, without a new checkpoint in {spec.checkpoint_dir} "
+                f"(newest: {'step_' + str(newest) if newest is not None else 'none'}): a failure that repeats, not a "
+                f"preemption; not resubmitting. See `ray job logs {job_id}`",
+                EXIT_FINAL,
+                stalled,
+            )
+    if out_of_restarts:
+        return Decision(STOP, f"{job_id} FAILED and no restarts are left ({spec.max_restarts} allowed)", EXIT_FINAL, stalled)
+    return Decision(SUBMIT, f"{job_id} FAILED; resubmitting (restart {n} of {spec.max_restarts})", stalled=stalled, after_failure=True)
+
+
+# --- the run's I/O loop -------------------------------------------------------------------------
+
+
 def launch(spec: Spec) -> int:
     log(f"run {spec.submission_id}: {spec.entrypoint}")
     wait_for_prerequisites(spec)
     runs = Runs(spec)
     settle_previous_runs(runs)
     existing = runs.attempts()
-    n, status = (existing[-1][0], str(existing[-1][1].status)) if existing else (0, "")
-    if status:
-        log(f"found {attempt_id(spec.submission_id, n)} ({status}); the same run spec is never submitted twice")
-    # Failed attempts in a row that wrote no new step_N: a preemption costs at most the steps since
-    # the last checkpoint, a failure that repeats costs a whole start-up on every GPU each time.
-    stalled, step_at_submit = 0, None  # step_at_submit: None until this launcher submits
+    seen = Seen(existing[-1][0], str(existing[-1][1].status)) if existing else Seen(0, "")
+    if seen.status:
+        log(f"found {attempt_id(spec.submission_id, seen.attempt)} ({seen.status}); the same run spec is never submitted twice")
     while True:
-        if status in ACTIVE:
-            job_id = attempt_id(spec.submission_id, n)
-            if not spec.follow:
-                started = wait_until_started(runs, job_id)
-                if started in ("RUNNING", "SUCCEEDED"):
-                    log(f"{job_id} is {started}; exiting (launcher.follow is false)")
-                    return 0
-                status = started
-                continue
-            status = follow_logs(runs, job_id)
-            log(f"{job_id} ended: {status}")
-            continue
-        if status == "SUCCEEDED":
-            log(f"run {spec.submission_id} succeeded")
-            return 0
-        if status == "STOPPED":
-            job_id = attempt_id(spec.submission_id, n)
-            log(
-                f"{job_id} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop); "
-                f"not resubmitting. To continue it from its newest checkpoint: `ray job delete {job_id}`, then "
-                "`kubectl delete job` this launcher's Job and `helm upgrade` the release with the same values"
-            )
-            return EXIT_FINAL
-        if status == "FAILED":
-            if not spec.follow:
-                log(f"{attempt_id(spec.submission_id, n)} FAILED; see `ray job logs {attempt_id(spec.submission_id, n)}`")
-                return EXIT_FINAL
-            if spec.checkpoint_dir and step_at_submit is not None:
-                newest = latest_step(spec.checkpoint_dir)
-                stalled = stalled + 1 if _step_rank(newest) <= step_at_submit else 0
-                if stalled >= STALLED_LIMIT and n < 1 + spec.max_restarts:
-                    job_id = attempt_id(spec.submission_id, n)
-                    log(
-                        f"{job_id} FAILED, as did the attempt before it, without a new checkpoint in {spec.checkpoint_dir} "
-                        f"(newest: {'step_' + str(newest) if newest is not None else 'none'}): a failure that repeats, not a "
-                        f"preemption; not resubmitting. See `ray job logs {job_id}`"
-                    )
-                    return EXIT_FINAL
-            if n >= 1 + spec.max_restarts:
-                log(f"{attempt_id(spec.submission_id, n)} FAILED and no restarts are left ({spec.max_restarts} allowed)")
-                return EXIT_FINAL
-            log(f"{attempt_id(spec.submission_id, n)} FAILED; resubmitting (restart {n} of {spec.max_restarts})")
-            wait_for_gpus(spec)
-        # submit the next attempt
-        n += 1
-        step = latest_step(spec.checkpoint_dir) if spec.checkpoint_dir else None
-        step_at_submit = _step_rank(step)
-        where = f"resumes from step_{step} in {spec.checkpoint_dir}" if step is not None else "starts from step 0"
-        job_id = runs.submit(n)
-        log(f"attempt {n} submitted as {job_id}; {where}")
-        status = runs.status(job_id)
-        if status not in TERMINAL:
-            status = "PENDING"
+        if wants_progress(spec, seen):
+            seen = replace(seen, newest_step=latest_step(spec.checkpoint_dir))
+        decision = decide(spec, seen)
+        if decision.why:
+            log(decision.why)
+        if decision.action == STOP:
+            return decision.exit_code
+        seen = act(runs, seen, decision)
+
+
+def act(runs: Runs, seen: Seen, decision: Decision) -> Seen:
+    """Carry out a FOLLOW, WAIT_START or SUBMIT decision; what the launcher sees afterwards."""
+    spec = runs.spec
+    job_id = attempt_id(spec.submission_id, seen.attempt)
+    if decision.action == FOLLOW:
+        status = follow_logs(runs, job_id)
+        log(f"{job_id} ended: {status}")
+        return replace(seen, status=status, started=False, stalled=decision.stalled)
+    if decision.action == WAIT_START:
+        return replace(seen, status=wait_until_started(runs, job_id), started=True, stalled=decision.stalled)
+    if decision.after_failure:
+        wait_for_gpus(spec)
+    n = seen.attempt + 1
+    step = latest_step(spec.checkpoint_dir) if spec.checkpoint_dir else None
+    where = f"resumes from step_{step} in {spec.checkpoint_dir}" if step is not None else "starts from step 0"
+    job_id = runs.submit(n)
+    log(f"attempt {n} submitted as {job_id}; {where}")
+    status = runs.status(job_id)
+    return Seen(n, status if status in TERMINAL else "PENDING", stalled=decision.stalled, step_at_submit=_step_rank(step))
 
 
 def _step_rank(step: int | None) -> int:

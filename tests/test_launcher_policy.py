@@ -1,0 +1,174 @@
+"""The launcher's retry policy (`decide`): follow, wait for the start, submit or stop, and why, for
+each thing the launcher can see. A pure function: no Ray, no files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import load_chart_program
+
+launcher = load_chart_program("launcher")
+
+BASE = "nemo-rl-0123456789"
+FOLLOWING = {"follow": True, "max_restarts": 3, "checkpoint_dir": "/data/run/checkpoints"}
+NOT_FOLLOWING = {"follow": False, "max_restarts": 3}
+
+
+def spec(**changes: Any) -> Any:
+    return launcher.parse_spec(
+        {"address": "http://head:8265", "submission_id": BASE, "entrypoint": "python x.py", "expected_gpus": 8} | changes
+    )
+
+
+FOLLOW, WAIT_START, SUBMIT, STOP = launcher.FOLLOW, launcher.WAIT_START, launcher.SUBMIT, launcher.STOP
+EXIT = launcher.EXIT_FINAL
+
+# (case, spec values, what the launcher sees, action, exit status, a phrase of why, stalled after, resubmission)
+CASES = [
+    ("no attempt yet: submit the first", FOLLOWING, {"attempt": 0, "status": ""}, SUBMIT, 0, "", 0, False),
+    ("an unknown status is submitted anew", FOLLOWING, {"attempt": 0, "status": "?"}, SUBMIT, 0, "", 0, False),
+    ("pending, following", FOLLOWING, {"attempt": 1, "status": "PENDING"}, FOLLOW, 0, "", 0, False),
+    ("running, following", FOLLOWING, {"attempt": 2, "status": "RUNNING"}, FOLLOW, 0, "", 0, False),
+    ("following keeps the stalled count", FOLLOWING, {"attempt": 2, "status": "RUNNING", "stalled": 1}, FOLLOW, 0, "", 1, False),
+    ("pending, not following: wait for the start", NOT_FOLLOWING, {"attempt": 1, "status": "PENDING"}, WAIT_START, 0, "", 0, False),
+    ("running, not following: look again first", NOT_FOLLOWING, {"attempt": 1, "status": "RUNNING"}, WAIT_START, 0, "", 0, False),
+    (
+        "started and running, not following",
+        NOT_FOLLOWING,
+        {"attempt": 1, "status": "RUNNING", "started": True},
+        STOP,
+        0,
+        f"{BASE} is RUNNING; exiting (launcher.follow is false)",
+        0,
+        False,
+    ),
+    (
+        "started and already done, not following",
+        NOT_FOLLOWING,
+        {"attempt": 2, "status": "SUCCEEDED", "started": True},
+        STOP,
+        0,
+        f"{BASE}-retry1 is SUCCEEDED; exiting",
+        0,
+        False,
+    ),
+    ("succeeded", FOLLOWING, {"attempt": 3, "status": "SUCCEEDED"}, STOP, 0, f"run {BASE} succeeded", 0, False),
+    ("stopped by hand: never resubmitted", FOLLOWING, {"attempt": 1, "status": "STOPPED"}, STOP, EXIT, f"ray job delete {BASE}`", 0, False),
+    ("stopped, not following", NOT_FOLLOWING, {"attempt": 1, "status": "STOPPED", "started": True}, STOP, EXIT, "was stopped", 0, False),
+    ("failed, not following", NOT_FOLLOWING, {"attempt": 1, "status": "FAILED"}, STOP, EXIT, f"see `ray job logs {BASE}`", 0, False),
+    (
+        "failed with restarts left (found, not submitted by this launcher)",
+        FOLLOWING,
+        {"attempt": 1, "status": "FAILED"},
+        SUBMIT,
+        0,
+        f"{BASE} FAILED; resubmitting (restart 1 of 3)",
+        0,
+        True,
+    ),
+    (
+        "failed, no restarts left",
+        FOLLOWING,
+        {"attempt": 4, "status": "FAILED"},
+        STOP,
+        EXIT,
+        f"{BASE}-retry3 FAILED and no restarts are left (3 allowed)",
+        0,
+        False,
+    ),
+    (
+        "no restarts allowed at all",
+        {"follow": True, "max_restarts": 0},
+        {"attempt": 1, "status": "FAILED"},
+        STOP,
+        EXIT,
+        "no restarts are left (0 allowed)",
+        0,
+        False,
+    ),
+    (
+        "failed after a new checkpoint (a preemption): resubmit, count reset",
+        FOLLOWING,
+        {"attempt": 2, "status": "FAILED", "stalled": 1, "step_at_submit": 4, "newest_step": 6},
+        SUBMIT,
+        0,
+        "resubmitting (restart 2 of 3)",
+        0,
+        True,
+    ),
+    (
+        "first failure without a new checkpoint: resubmit, counted",
+        FOLLOWING,
+        {"attempt": 1, "status": "FAILED", "step_at_submit": -1, "newest_step": None},
+        SUBMIT,
+        0,
+        "resubmitting (restart 1 of 3)",
+        1,
+        True,
+    ),
+    (
+        "second failure in a row without a new checkpoint: a repeating failure",
+        FOLLOWING,
+        {"attempt": 2, "status": "FAILED", "stalled": 1, "step_at_submit": 4, "newest_step": 4},
+        STOP,
+        EXIT,
+        "as did the attempt before it, without a new checkpoint in /data/run/checkpoints (newest: step_4)",
+        2,
+        False,
+    ),
+    (
+        "second stalled failure with no checkpoint at all",
+        FOLLOWING,
+        {"attempt": 2, "status": "FAILED", "stalled": 1, "step_at_submit": -1, "newest_step": None},
+        STOP,
+        EXIT,
+        "(newest: none): a failure that repeats, not a preemption",
+        2,
+        False,
+    ),
+    (
+        "a repeating failure on the last attempt: out of restarts says so",
+        FOLLOWING,
+        {"attempt": 4, "status": "FAILED", "stalled": 1, "step_at_submit": 4, "newest_step": 4},
+        STOP,
+        EXIT,
+        "no restarts are left",
+        2,
+        False,
+    ),
+    (
+        "no checkpoint folder: failures are not counted",
+        {"follow": True, "max_restarts": 3},
+        {"attempt": 2, "status": "FAILED", "stalled": 0, "step_at_submit": -1},
+        SUBMIT,
+        0,
+        "resubmitting (restart 2 of 3)",
+        0,
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_decide(case):
+    _, values, seen, action, exit_code, why, stalled, after_failure = case
+    d = launcher.decide(spec(**values), launcher.Seen(**seen))
+    assert (d.action, d.exit_code, d.stalled, d.after_failure) == (action, exit_code, stalled, after_failure)
+    assert why in d.why
+    if not why:
+        assert d.why == ""
+
+
+@pytest.mark.parametrize(
+    ("values", "seen", "wanted"),
+    [
+        (FOLLOWING, {"attempt": 1, "status": "FAILED", "step_at_submit": 3}, True),
+        (FOLLOWING, {"attempt": 1, "status": "FAILED"}, False),  # found, not submitted by this launcher
+        (FOLLOWING, {"attempt": 1, "status": "RUNNING", "step_at_submit": 3}, False),
+        (NOT_FOLLOWING | {"checkpoint_dir": "/data/c"}, {"attempt": 1, "status": "FAILED", "step_at_submit": 3}, False),
+        ({"follow": True}, {"attempt": 1, "status": "FAILED", "step_at_submit": 3}, False),  # no checkpoint folder
+    ],
+)
+def test_the_checkpoint_folder_is_read_only_when_the_decision_needs_it(values, seen, wanted):
+    assert launcher.wants_progress(spec(**values), launcher.Seen(**seen)) is wanted
