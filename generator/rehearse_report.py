@@ -67,29 +67,13 @@ def report_failure(out: Output, result: dict[str, Any]) -> int:
 
 
 def report_drill(out: Output, o: Outcome, drill: Drill) -> int:
-    pause, results = drill.pause_after_step, o.results
-    problems = []
-    if drill.error:
-        problems.append(drill.error)
-    elif not drill.victim:
-        problems.append("no node was removed")
-    if not results or not results[0].get("node_lost"):
-        problems.append("the first attempt did not fail on the node loss")
-    if len(results) < 2:
-        problems.append("the launcher did not resubmit the run")
-    elif not results[-1].get("ok") or results[-1].get("resumed_from") != pause:
-        problems.append(f"the last attempt did not resume from step_{pause} and finish: {results[-1]}")
-    if len(results) >= 2 and not any(f"resumes from step_{pause} in" in ln for ln in o.lines):
-        problems.append(f"the launcher did not report the resume from step_{pause}")
-    if o.rc != 0:
-        problems.append(f"the launcher exited {o.rc}")
     lost, changed, added = compare(drill.before, snapshot(o.checkpoint_dir)) if drill.before else ([], [], [])
-    if lost or changed:
-        problems.append(f"checkpoint files lost: {lost or 'none'}; changed: {changed or 'none'}")
+    problems = drill_problems(o, drill, lost, changed)
     for p in problems:
         out.note(f"FAIL: drill: {p}")
     if problems:
         return 1
+    pause, results = drill.pause_after_step, o.results
     kept = sorted({p.split(os.sep)[0] for p in drill.before})
     new = sorted({p.split(os.sep)[0] for p in added})
     out.note(
@@ -102,3 +86,33 @@ def report_drill(out: Output, o: Outcome, drill: Drill) -> int:
     )
     out.note(f"PASS: the preempted run was resubmitted and resumed from its checkpoint ({o.seconds:.1f} s)")
     return 0
+
+
+def drill_problems(o: Outcome, drill: Drill, lost: list[str], changed: list[str]) -> list[str]:
+    """What the preemption drill shows went wrong: the node removal, the attempts, the launcher's
+    exit and the checkpoint files written before the reclaim (`lost`, `changed`); [] when nothing did."""
+    problems = []
+    if drill.error:
+        problems.append(drill.error)
+    elif not drill.victim:
+        problems.append("no node was removed")
+    problems += _attempt_problems(o, drill.pause_after_step)
+    if o.rc != 0:
+        problems.append(f"the launcher exited {o.rc}")
+    if lost or changed:
+        problems.append(f"checkpoint files lost: {lost or 'none'}; changed: {changed or 'none'}")
+    return problems
+
+
+def _attempt_problems(o: Outcome, pause: int) -> list[str]:
+    """The first attempt must fail on the node loss, and a resubmitted one resume from step_<pause>."""
+    results, problems = o.results, []
+    if not results or not results[0].get("node_lost"):
+        problems.append("the first attempt did not fail on the node loss")
+    if len(results) < 2:
+        problems.append("the launcher did not resubmit the run")
+    elif not results[-1].get("ok") or results[-1].get("resumed_from") != pause:
+        problems.append(f"the last attempt did not resume from step_{pause} and finish: {results[-1]}")
+    if len(results) >= 2 and not any(f"resumes from step_{pause} in" in ln for ln in o.lines):
+        problems.append(f"the launcher did not report the resume from step_{pause}")
+    return problems
