@@ -6,28 +6,39 @@ Names. Everything derives from the release (or fullnameOverride), never a fixed 
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The RayCluster name and the prefix of every object. KubeRay rejects names longer than 53
-characters or that are not DNS-1035 labels, so fail here with a message instead. */}}
+{{/* The RayCluster name and the prefix of every object (checked in _validate.tpl: at most 53
+characters, a DNS-1035 label). */}}
 {{- define "nemo-rl-gke.fullname" -}}
-{{- $name := default .Release.Name .Values.fullnameOverride -}}
-{{- if gt (len $name) 53 -}}
-{{- fail (printf "RayCluster name %q is %d characters; KubeRay allows at most 53. Use a shorter release name or set fullnameOverride." $name (len $name)) -}}
+{{- default .Release.Name .Values.fullnameOverride -}}
 {{- end -}}
-{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
-{{- fail (printf "RayCluster name %q is not a DNS-1035 label (lowercase letters, digits and '-', starting with a letter). Use another release name or set fullnameOverride." $name) -}}
+
+{{/* The hash that names carry: 10 hex digits of the SHA-256 of a text. */}}
+{{- define "nemo-rl-gke.hash" -}}
+{{- . | sha256sum | trunc 10 -}}
 {{- end -}}
-{{- $name -}}
+
+{{/* <fullname, cut>-<kind>-<hash of .of> (no hash without .of). Each kind keeps as much of the
+fullname (at most 53 characters) as leaves its name within bounds: the Jobs and the run's
+ConfigMap at most 59 (a Job's pods add '-' and 5 characters), the Ray submission id at most 51
+(room for the launcher's -retryN), the test pod 55. Call with (dict "ctx" $ "kind" K "of" TEXT). */}}
+{{- define "nemo-rl-gke.hashedName" -}}
+{{- $cut := get (dict "run" 44 "prepare" 40 "submission" 40 "test" 50) .kind | int -}}
+{{- $word := get (dict "run" "-run" "prepare" "-prepare" "submission" "" "test" "-test") .kind -}}
+{{- include "nemo-rl-gke.fullname" .ctx | trunc $cut | trimSuffix "-" }}{{ $word }}{{ with .of }}-{{ include "nemo-rl-gke.hash" . }}{{ end -}}
 {{- end -}}
 
 {{- define "nemo-rl-gke.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Selector labels: stable across upgrades (used by pod templates of immutable objects). */}}
+{{/* Selector labels: stable across upgrades (used by pod templates of immutable objects).
+Without a component: every pod of the release (the NetworkPolicy's and the PDB's selectors). */}}
 {{- define "nemo-rl-gke.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "nemo-rl-gke.name" .ctx | quote }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
-app.kubernetes.io/component: {{ .component }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
 {{- end -}}
 
 {{/* Labels that change only when the user changes them: for the pod templates of Jobs, whose
@@ -55,6 +66,22 @@ helm.sh/chart: {{ include "nemo-rl-gke.chart" .ctx }}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Who a pod runs as: the release's ServiceAccount without a Kubernetes API token (no pod of the
+chart calls the API), the pod's security context when given, and the image pull Secrets.
+Call with (dict "ctx" $ "securityContext" MAP-or-nothing). */}}
+{{- define "nemo-rl-gke.podIdentity" -}}
+serviceAccountName: {{ include "nemo-rl-gke.serviceAccountName" .ctx | quote }}
+automountServiceAccountToken: false
+{{- with .securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{- define "nemo-rl-gke.claimName" -}}
@@ -157,6 +184,27 @@ eval "$chart_nccl"
 {{- end }}
 export LD_LIBRARY_PATH="/usr/local/gib/lib64:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 exec ${KUBERAY_GEN_RAY_START_CMD}
+{{- end -}}
+
+{{/* Readiness and liveness of a Ray container, by an HTTP health endpoint of Ray. Call with
+(dict "path" P "port" N). */}}
+{{- define "nemo-rl-gke.rayProbes" -}}
+readinessProbe:
+  httpGet:
+    path: {{ .path }}
+    port: {{ .port }}
+  initialDelaySeconds: 10
+  periodSeconds: 5
+  timeoutSeconds: 2
+  failureThreshold: 10
+livenessProbe:
+  httpGet:
+    path: {{ .path }}
+    port: {{ .port }}
+  initialDelaySeconds: 30
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 60
 {{- end -}}
 
 {{- define "nemo-rl-gke.fluentBitContainer" -}}

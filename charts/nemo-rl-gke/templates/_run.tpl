@@ -21,11 +21,11 @@ cd {{ .Values.grpo.codeDir | default "/opt/nemo-rl" }} && uv run python {{ .Valu
 {{- range concat .Values.grpo.overrides (.Values.grpo.extraOverrides | default list) }} {{ squote . }}{{ end }}
 {{- end -}}
 
-{{/* Identity of the run: a hash of what defines it (command and image). The same run always
-gives the same Ray submission id, so a new launcher of an unchanged run submits nothing, and a
-changed run is submitted anew. */}}
-{{- define "nemo-rl-gke.runHash" -}}
-{{- dict "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .) "image" (include "nemo-rl-gke.image" .) | toJson | sha256sum | trunc 10 -}}
+{{/* Identity of the run: what defines it (command and image), hashed into the Ray submission id.
+The same run always gives the same id, so a new launcher of an unchanged run submits nothing, and
+a changed run is submitted anew. */}}
+{{- define "nemo-rl-gke.runIdentity" -}}
+{{- dict "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" .) "image" (include "nemo-rl-gke.image" .) | toJson -}}
 {{- end -}}
 
 {{/* The data of the ConfigMap the launcher and preparation Jobs read: their programs and specs. */}}
@@ -41,11 +41,11 @@ prepare.json: |
 maxRestarts, the programs) renames it, and so the Jobs whose pods mount it; a launcher that
 already ended runs again with the new settings. */}}
 {{- define "nemo-rl-gke.runConfigMapName" -}}
-{{- printf "%s-run-%s" (include "nemo-rl-gke.fullname" . | trunc 44 | trimSuffix "-") (include "nemo-rl-gke.runConfigData" . | sha256sum | trunc 10) -}}
+{{- include "nemo-rl-gke.hashedName" (dict "ctx" . "kind" "run" "of" (include "nemo-rl-gke.runConfigData" .)) -}}
 {{- end -}}
 
 {{- define "nemo-rl-gke.submissionId" -}}
-{{- printf "%s-%s" (include "nemo-rl-gke.fullname" . | trunc 40 | trimSuffix "-") (include "nemo-rl-gke.runHash" .) -}}
+{{- include "nemo-rl-gke.hashedName" (dict "ctx" . "kind" "submission" "of" (include "nemo-rl-gke.runIdentity" .)) -}}
 {{- end -}}
 
 {{/* The Ray head's Service (at most 62 characters: the release name is at most 53). */}}
@@ -64,7 +64,7 @@ already ended runs again with the new settings. */}}
 {{- $model := "" -}}
 {{- if .Values.prepare.downloadModel }}{{ $model = include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "policy.model_name") }}{{ end -}}
 {{- $spec := dict "hf_home" .Values.storage.hfHome "model" $model "gsm8k_jsonl_dir" (.Values.prepare.gsm8kJsonlDir | default "") "image" (include "nemo-rl-gke.image" .) -}}
-{{- $hash := $spec | toJson | sha256sum | trunc 10 -}}
+{{- $hash := include "nemo-rl-gke.hash" ($spec | toJson) -}}
 {{- $_ := set $spec "marker" (printf "%s/nemo-rl/.prepared/%s.json" (trimSuffix "/" .Values.storage.mountPath) $hash) -}}
 {{- $_ := set $spec "hash" $hash -}}
 {{- toJson $spec -}}
@@ -93,7 +93,7 @@ already ended runs again with the new settings. */}}
 -}}
 {{- if eq .Values.network.mode "rdma" -}}
 {{- $ifs := list -}}
-{{- range $i := until (add 2 (len .Values.network.rdma) | int) }}{{ $ifs = append $ifs (printf "eth%d" $i) }}{{ end -}}
+{{- range include "nemo-rl-gke.interfaces" . | fromJsonArray }}{{ $ifs = append $ifs .interfaceName }}{{ end -}}
 {{- $_ := set $spec "expected_interfaces" $ifs -}}
 {{- end -}}
 {{- toJson $spec -}}
@@ -102,15 +102,7 @@ already ended runs again with the new settings. */}}
 {{/* Pod settings shared by the launcher, preparation and test pods: they need no Kubernetes
 API token, no privileges, and run on CPU nodes. */}}
 {{- define "nemo-rl-gke.jobPodSecurity" -}}
-serviceAccountName: {{ include "nemo-rl-gke.serviceAccountName" . | quote }}
-automountServiceAccountToken: false
-securityContext:
-  seccompProfile:
-    type: RuntimeDefault
-{{- with .Values.imagePullSecrets }}
-imagePullSecrets:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
+{{- include "nemo-rl-gke.podIdentity" (dict "ctx" . "securityContext" (dict "seccompProfile" (dict "type" "RuntimeDefault"))) }}
 {{- with .Values.launcher.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
