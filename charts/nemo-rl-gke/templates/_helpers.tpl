@@ -211,7 +211,7 @@ livenessProbe:
 {{- with .Values.logging.fluentBit }}
 - name: fluent-bit
   image: "{{ .image.repository }}:{{ .image.tag }}"
-  imagePullPolicy: {{ .image.pullPolicy | default "IfNotPresent" }}
+  imagePullPolicy: {{ .image.pullPolicy }}
   {{- with .resources }}
   resources:
     {{- toYaml . | nindent 4 }}

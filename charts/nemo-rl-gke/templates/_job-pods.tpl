@@ -26,7 +26,7 @@ spec:
   containers:
     - name: launcher
       image: {{ include "nemo-rl-gke.image" . }}
-      imagePullPolicy: {{ .Values.image.pullPolicy | default "IfNotPresent" }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
       command: ["python", "/etc/nemo-rl-gke/launcher.py", "/etc/nemo-rl-gke/launch.json"]
       env:
         - name: PYTHONUNBUFFERED
@@ -62,7 +62,7 @@ spec:
   containers:
     - name: prepare
       image: {{ include "nemo-rl-gke.image" . }}
-      imagePullPolicy: {{ .Values.image.pullPolicy | default "IfNotPresent" }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
       command: ["python", "/etc/nemo-rl-gke/prepare.py", "/etc/nemo-rl-gke/prepare.json"]
       env:
         - name: PYTHONUNBUFFERED
