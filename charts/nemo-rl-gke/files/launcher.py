@@ -73,7 +73,9 @@ class Spec:
     expected_interfaces: list[str] = field(default_factory=list)
     ray_version: str = ""
 
-    def timeout(self, name: str, default: float) -> float:
+    def timeout(self, name: str, default: float = UNBOUNDED_S) -> float:
+        """The wait `name` in seconds. The chart's values hold the bounded ones (launcher.timeouts);
+        a spec that names none waits as long as any spec may ask."""
         return float(self.timeouts.get(name, default))
 
 
@@ -397,7 +399,7 @@ TRANSIENT = ("connect", "no available agent", "try again later", "status code 50
 
 
 def _retry(fn: Any, spec: Spec) -> Any:
-    deadline = time.monotonic() + spec.timeout("head_s", 3600)
+    deadline = time.monotonic() + spec.timeout("head_s")
     while True:
         try:
             return fn()
@@ -481,7 +483,7 @@ def wait_for_prerequisites(spec: Spec) -> None:
     for path in spec.wait_for_files:
         _wait(
             f"{path} (written by the preparation Job)",
-            spec.timeout("files_s", 14400),
+            spec.timeout("files_s"),
             poll,
             lambda p=path: os.path.exists(p),
             "check the preparation Job's logs (kubectl logs job/<release>-prepare-...)",
@@ -489,7 +491,7 @@ def wait_for_prerequisites(spec: Spec) -> None:
         log(f"preparation complete: {path}")
     _wait(
         f"the Ray head at {spec.address}",
-        spec.timeout("head_s", 3600),
+        spec.timeout("head_s"),
         poll,
         lambda: head_healthy(spec.address),
         "is the head pod Running? kubectl get pods -l ray.io/node-type=head",
@@ -508,7 +510,7 @@ def wait_for_gpus(spec: Spec) -> None:
     try:
         nodes, gpus = _wait(
             f"{spec.expected_gpus} GPUs in the Ray cluster",
-            spec.timeout("gpus_s", 7200),
+            spec.timeout("gpus_s"),
             spec.poll_interval_s,
             enough,
             "GPU nodes may be unavailable (quota, Spot capacity, reservation) or the workers not Ready",
@@ -532,7 +534,7 @@ def settle_previous_runs(runs: Runs) -> None:
         log(f"another run of this release is active ({ids}); waiting for it to end before submitting (previous_runs: wait)")
     _wait(
         f"previous run(s) {ids} to end",
-        runs.spec.timeout("previous_s", 10**7),
+        runs.spec.timeout("previous_s"),
         runs.spec.poll_interval_s,
         lambda: not runs.others_active(),
         "stop it with `ray job stop` or set launcher.previousRuns: stop",

@@ -75,7 +75,9 @@ already ended runs again with the new settings. */}}
 {{- $nodes := include "nemo-rl-gke.workerNodes" . | int -}}
 {{- $waitFor := list -}}
 {{- if .Values.prepare.enabled }}{{ $waitFor = append $waitFor (include "nemo-rl-gke.prepareSpec" . | fromJson).marker }}{{ end -}}
-{{- $t := .Values.launcher.timeouts | default dict -}}
+{{/* launcher.* as they are: the schema requires each, so nothing is defaulted here; the keys are
+those of the launcher's SPEC_KEYS (files/launcher.py). */}}
+{{- $l := .Values.launcher -}}
 {{- $spec := dict
     "address" (printf "http://%s.%s.svc.cluster.local:8265" (include "nemo-rl-gke.headServiceName" .) .Release.Namespace)
     "submission_id" (include "nemo-rl-gke.submissionId" .)
@@ -85,10 +87,10 @@ already ended runs again with the new settings. */}}
     "ray_version" (toString .Values.rayVersion)
     "checkpoint_dir" (include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "checkpointing.checkpoint_dir"))
     "wait_for_files" $waitFor
-    "follow" .Values.launcher.follow
-    "max_restarts" .Values.launcher.maxRestarts
-    "previous_runs" .Values.launcher.previousRuns
-    "timeouts" (dict "files_s" ($t.prepareSeconds | default 14400) "head_s" ($t.headSeconds | default 3600) "gpus_s" ($t.gpusSeconds | default 7200))
+    "follow" $l.follow
+    "max_restarts" $l.maxRestarts
+    "previous_runs" $l.previousRuns
+    "timeouts" (dict "files_s" $l.timeouts.prepareSeconds "head_s" $l.timeouts.headSeconds "gpus_s" $l.timeouts.gpusSeconds)
     "metadata" (dict "nemo-rl-gke.release" $fullname "nemo-rl-gke.run" .Values.grpo.runName)
 -}}
 {{- if eq .Values.network.mode "rdma" -}}
