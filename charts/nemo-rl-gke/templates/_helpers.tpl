@@ -17,10 +17,11 @@ characters, a DNS-1035 label). */}}
 {{- . | sha256sum | trunc 10 -}}
 {{- end -}}
 
-{{/* <fullname, cut>-<kind>-<hash of .of> (no hash without .of). Each kind keeps as much of the
-fullname (at most 53 characters) as leaves its name within bounds: the Jobs and the run's
-ConfigMap at most 59 (a Job's pods add '-' and 5 characters), the Ray submission id at most 51
-(room for the launcher's -retryN), the test pod 55. Call with (dict "ctx" $ "kind" K "of" TEXT). */}}
+{{/* <fullname, cut>-<kind>-<hash of .of> (no hash without .of); the one table of how much of the
+fullname (at most 53 characters) each kind keeps. With it the Jobs and the run's ConfigMap are at
+most 59 characters, the Ray submission id 51 (the launcher appends -retryN) and the test pod 55.
+A changed cut renames the objects of existing releases, and a changed submission id submits their
+run anew. Call with (dict "ctx" $ "kind" K "of" TEXT). */}}
 {{- define "nemo-rl-gke.hashedName" -}}
 {{- $cut := get (dict "run" 44 "prepare" 40 "submission" 40 "test" 50) .kind | int -}}
 {{- $word := get (dict "run" "-run" "prepare" "-prepare" "submission" "" "test" "-test") .kind -}}
