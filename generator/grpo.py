@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .placement import COLOCATED, GENERATION_GPUS_PER_NODE, GENERATION_NODES, GPUS_PER_NODE, NUM_NODES, Placement, dedicated
 from .releases import CODE_DIR, NemoRlRelease
 
 RUNS_DIR = "nemo-rl"  # under the shared mount: <mount>/nemo-rl/<run>/{checkpoints,logs}
@@ -149,20 +150,32 @@ def run_name(choices: RunChoices, preset: ModelPreset) -> str:
     return choices.run_name or f"{preset.key}-gsm8k"
 
 
-def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
-    """The `grpo` section of the values file."""
+def _preset(choices: RunChoices) -> ModelPreset:
     try:
-        preset = MODELS[choices.model]
+        return MODELS[choices.model]
     except KeyError:
         raise SpecError(f"unknown model {choices.model!r}: choose one of {', '.join(MODELS)}") from None
-    gen_nodes = generation_nodes(choices, preset)
-    gpn = choices.gpus_per_node
-    if gen_nodes and gen_nodes >= choices.nodes:
-        raise SpecError(f"--generation-nodes {gen_nodes} leaves no node for training out of {choices.nodes}")
-    if gen_nodes < 0:
+
+
+def _placement(choices: RunChoices, gen_nodes: int) -> Placement:
+    """The GPU split (placement.py), or why the generator's options give none."""
+    placed = dedicated(choices.nodes, choices.gpus_per_node, gen_nodes)
+    if placed.issues and gen_nodes < 0:
         raise SpecError("--generation-nodes must be >= 0")
-    train_gpus = (choices.nodes - gen_nodes) * gpn
-    if gpn % preset.train_tp or train_gpus % preset.train_tp:
+    if placed.issues:
+        raise SpecError(f"--generation-nodes {gen_nodes} leaves no node for training out of {choices.nodes}")
+    return placed
+
+
+@dataclass(frozen=True)
+class _Batches:
+    prompts: int
+    generations: int
+    global_batch: int
+
+
+def _batches(choices: RunChoices, preset: ModelPreset, train_gpus: int) -> _Batches:
+    if choices.gpus_per_node % preset.train_tp or train_gpus % preset.train_tp:
         raise SpecError(f"training tensor parallel {preset.train_tp} does not divide {train_gpus} training GPUs")
     dp = train_gpus // preset.train_tp
     prompts = choices.prompts_per_step or preset.prompts_per_step
@@ -170,24 +183,19 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     if choices.prompts_per_step is None and prompts * generations < dp * preset.train_micro_batch_size:
         # Many data-parallel ranks: at least one micro-batch each per step.
         prompts = -(-dp * preset.train_micro_batch_size // generations)
-    gbs = _batch(prompts * generations, dp, preset)
-    micro = preset.train_micro_batch_size
-    name = run_name(choices, preset)
-    run_dir = f"{choices.mount_path.rstrip('/')}/{RUNS_DIR}/{name}"
+    return _Batches(prompts, generations, _batch(prompts * generations, dp, preset))
 
-    o: dict[str, Any] = {
-        "cluster.num_nodes": choices.nodes,
-        "cluster.gpus_per_node": gpn,
-    }
+
+def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlRelease, gen_nodes: int) -> dict[str, Any]:
+    """The cluster, the model, its parallelism and the generation placement."""
+    gpn = choices.gpus_per_node
+    o: dict[str, Any] = {NUM_NODES: choices.nodes, GPUS_PER_NODE: gpn}
     if rel.has_segment_size:
         o["cluster.segment_size"] = None  # no NVLink-domain alignment on KubeRay
+    micro = preset.train_micro_batch_size
     o |= {
-        "grpo.max_num_steps": choices.max_steps or preset.max_steps,
-        "grpo.num_prompts_per_step": prompts,
-        "grpo.num_generations_per_prompt": generations,
         "policy.model_name": preset.model,
         "policy.tokenizer.name": preset.model,
-        "policy.train_global_batch_size": gbs,
         "policy.train_micro_batch_size": micro,
         # v0.6.0+ refuses TP >= 4 unless micro == logprob batch; equal is always safe.
         "policy.logprob_batch_size": micro,
@@ -195,35 +203,66 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
         "policy.make_sequence_length_divisible_by": preset.train_tp,
         "policy.generation.vllm_cfg.tensor_parallel_size": preset.vllm_tp,
         "policy.generation.vllm_cfg.gpu_memory_utilization": VLLM_MEMORY_DEDICATED if gen_nodes else VLLM_MEMORY_COLOCATED,
-        "policy.generation.colocated.enabled": gen_nodes == 0,
+        COLOCATED: gen_nodes == 0,
     }
     if gen_nodes:
-        o["policy.generation.colocated.resources.num_nodes"] = gen_nodes
-        o["policy.generation.colocated.resources.gpus_per_node"] = gpn
+        o[GENERATION_NODES] = gen_nodes
+        o[GENERATION_GPUS_PER_NODE] = gpn
+    return o
+
+
+def _steps_overrides(choices: RunChoices, preset: ModelPreset, batches: _Batches) -> dict[str, Any]:
+    o: dict[str, Any] = {
+        "grpo.max_num_steps": choices.max_steps or preset.max_steps,
+        "grpo.num_prompts_per_step": batches.prompts,
+        "grpo.num_generations_per_prompt": batches.generations,
+        "policy.train_global_batch_size": batches.global_batch,
+    }
     if choices.save_by:
         if not SAVE_BY.fullmatch(choices.save_by):
             raise SpecError(f"--save-by {choices.save_by!r}: use DD:HH:MM:SS, e.g. 06:22:00:00")
         # NeMo RL saves a checkpoint and stops cleanly this long after training starts.
         o["checkpointing.checkpoint_must_save_by"] = choices.save_by
-    o |= {
+    return o
+
+
+def _output_overrides(choices: RunChoices, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(overrides, additions) for checkpoints, logs and W&B."""
+    run_dir = f"{choices.mount_path.rstrip('/')}/{RUNS_DIR}/{name}"
+    o = {
         "checkpointing.checkpoint_dir": f"{run_dir}/checkpoints",
         "logger.log_dir": f"{run_dir}/logs",
         "logger.tensorboard_enabled": True,
         "logger.wandb_enabled": choices.wandb,
         "logger.wandb.name": name,
     }
-    additions: dict[str, Any] = {}
-    if choices.wandb:
-        # One W&B run across restarts and resubmissions.
-        additions |= {"logger.wandb.id": name, "logger.wandb.resume": "allow"}
+    # One W&B run across restarts and resubmissions.
+    additions = {"logger.wandb.id": name, "logger.wandb.resume": "allow"} if choices.wandb else {}
+    return o, additions
+
+
+def _data_overrides(choices: RunChoices, rel: NemoRlRelease) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(overrides, additions) naming GSM8K in the release's data layout."""
     if rel.data_layout == "flat":
         gsm8k = f"{choices.mount_path.rstrip('/')}/{GSM8K_DIR}"
-        o["data.dataset_name"] = "ResponseDataset"
-        additions |= {"data.train_data_path": f"{gsm8k}/train.jsonl", "data.val_data_path": f"{gsm8k}/test.jsonl"}
-    else:
-        o["data.train.dataset_name"] = "gsm8k"
-        additions |= {"data.validation.dataset_name": "gsm8k", "data.validation.split": "test"}
+        return {"data.dataset_name": "ResponseDataset"}, {
+            "data.train_data_path": f"{gsm8k}/train.jsonl",
+            "data.val_data_path": f"{gsm8k}/test.jsonl",
+        }
+    return {"data.train.dataset_name": "gsm8k"}, {"data.validation.dataset_name": "gsm8k", "data.validation.split": "test"}
+
+
+def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
+    """The `grpo` section of the values file."""
+    preset = _preset(choices)
+    gen_nodes = generation_nodes(choices, preset)
+    batches = _batches(choices, preset, _placement(choices, gen_nodes).train_gpus)
+    name = run_name(choices, preset)
+    outputs, output_additions = _output_overrides(choices, name)
+    data, data_additions = _data_overrides(choices, rel)
+    o = _shape_overrides(choices, preset, rel, gen_nodes) | _steps_overrides(choices, preset, batches) | outputs | data
     o |= choices.extra
+    additions = output_additions | data_additions
     return {
         "enabled": True,
         "runName": name,

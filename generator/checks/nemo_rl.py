@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from ..findings import Finding, error, warning
 from ..grpo import SAVE_BY
+from ..placement import COLOCATED, GENERATION_GPUS_PER_NODE, GENERATION_NODES, GPUS_PER_NODE, NUM_NODES, Issue, Placement, placement
 from .context import Context, override_key
 
 REQUIRED = (
@@ -134,42 +135,51 @@ def _cluster(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def _placement_findings(placed: Placement, nodes: int, gpn: int, gen_nodes: int | None, gen_gpn: int | None) -> Iterator[Finding]:
+    """What NeMo RL's grpo.setup refuses in the generation placement, in validate's words."""
+    issues = set(placed.issues)
+    if Issue.GENERATION_NOT_WHOLE_NODES in issues:
+        yield error(
+            override_key(GENERATION_GPUS_PER_NODE),
+            f"{gen_gpn}: with dedicated generation on several nodes NeMo RL requires it to equal cluster.gpus_per_node ({gpn})",
+            f"set it to {gpn}",
+        )
+    if issues & {Issue.GENERATION_NODES_UNSET, Issue.NO_TRAINING_NODES}:
+        yield error(
+            override_key(GENERATION_NODES),
+            f"{gen_nodes}: dedicated generation needs 0 < generation nodes < cluster.num_nodes ({nodes}); training gets the rest",
+            f"use 1..{nodes - 1}, or colocated generation",
+        )
+    if issues & {Issue.ONE_NODE_GENERATION_GPUS_UNSET, Issue.ONE_NODE_NO_TRAINING_GPUS}:
+        yield error(
+            override_key(GENERATION_GPUS_PER_NODE),
+            f"{gen_gpn}: on one node dedicated generation needs 0 < generation GPUs < {gpn}",
+            f"use 1..{gpn - 1}, or colocated generation",
+        )
+    if Issue.ONE_NODE_GENERATION_NODES in issues:
+        yield error(
+            override_key(GENERATION_NODES),
+            f"{gen_nodes}: on one node NeMo RL requires it to be 1 or null (generation shares the node with training)",
+            "set it to null or 1",
+        )
+
+
 def _placement_and_parallelism(ctx: Context) -> Iterator[Finding]:
-    nodes, gpn = _int(ctx, "cluster.num_nodes"), _int(ctx, "cluster.gpus_per_node")
+    nodes, gpn = _int(ctx, NUM_NODES), _int(ctx, GPUS_PER_NODE)
     tp = _int(ctx, "policy.dtensor_cfg.tensor_parallel_size")
     vtp = _int(ctx, "policy.generation.vllm_cfg.tensor_parallel_size")
-    if None in (nodes, gpn, tp, vtp) or not nodes or not gpn:
+    if nodes is None or gpn is None or tp is None or vtp is None or not nodes or not gpn:
         return
-    colocated = ctx.get("policy.generation.colocated.enabled")
-    gen_nodes = _int(ctx, "policy.generation.colocated.resources.num_nodes")
-    gen_gpn = _int(ctx, "policy.generation.colocated.resources.gpus_per_node")
-    if colocated is False:
-        if nodes > 1:
-            if gen_gpn != gpn:
-                yield error(
-                    override_key("policy.generation.colocated.resources.gpus_per_node"),
-                    f"{gen_gpn}: with dedicated generation on several nodes NeMo RL requires it to equal cluster.gpus_per_node ({gpn})",
-                    f"set it to {gpn}",
-                )
-            if gen_nodes is None or not 0 < gen_nodes < nodes:
-                yield error(
-                    override_key("policy.generation.colocated.resources.num_nodes"),
-                    f"{gen_nodes}: dedicated generation needs 0 < generation nodes < cluster.num_nodes ({nodes}); training gets the rest",
-                    f"use 1..{nodes - 1}, or colocated generation",
-                )
-                return
-            train_gpus, gen_gpus = (nodes - gen_nodes) * gpn, gen_nodes * gpn
-        else:
-            if gen_gpn is None or not 0 < gen_gpn < gpn:
-                yield error(
-                    override_key("policy.generation.colocated.resources.gpus_per_node"),
-                    f"{gen_gpn}: on one node dedicated generation needs 0 < generation GPUs < {gpn}",
-                    f"use 1..{gpn - 1}, or colocated generation",
-                )
-                return
-            train_gpus, gen_gpus = gpn - gen_gpn, gen_gpn
-    else:
-        train_gpus = gen_gpus = nodes * gpn
+    gen_nodes, gen_gpn = _int(ctx, GENERATION_NODES), _int(ctx, GENERATION_GPUS_PER_NODE)
+    placed = placement(nodes, gpn, colocated=ctx.get(COLOCATED) is not False, generation_nodes=gen_nodes, generation_gpus_per_node=gen_gpn)
+    if placed.issues:
+        yield from _placement_findings(placed, nodes, gpn, gen_nodes, gen_gpn)
+        return
+    yield from _parallelism(ctx, gpn, tp, vtp, placed)
+
+
+def _parallelism(ctx: Context, gpn: int, tp: int, vtp: int, placed: Placement) -> Iterator[Finding]:
+    train_gpus, gen_gpus = placed.train_gpus, placed.generation_gpus
     cp = _int(ctx, "policy.dtensor_cfg.context_parallel_size", 1) or 1
     pp = _int(ctx, "policy.generation.vllm_cfg.pipeline_parallel_size", 1) or 1
     for key, size, scope in (
