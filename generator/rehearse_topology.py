@@ -1,19 +1,18 @@
 """What the rendered chart asks KubeRay for: one Ray node per head and worker replica, with the
 Ray resources KubeRay derives from each pod, and the launcher's spec (ConfigMap key launch.json).
 
-KubeRay's rule (generateRayStartCommand): `num-cpus` from rayStartParams, else the Ray container's
-CPU limit rounded up, else its CPU request; `num-gpus` from rayStartParams, else the first limit
-whose name ends in "gpu"; `memory` from rayStartParams, else the memory limit.
+KubeRay's rule (generateRayStartCommand): `num-cpus` as kuberay.py derives it; `num-gpus` from
+rayStartParams, else the first limit whose name ends in "gpu"; `memory` from rayStartParams, else
+the memory limit (both rounded up, as KubeRay's Quantity.Value()).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .resources import parse_quantity
+from .kuberay import RayResourceError, is_zero, param_value, quantity_value, ray_cpus
 from .values_io import InputError
 
 
@@ -52,25 +51,36 @@ class Rendered:
 
 def _ceil_quantity(value: object, what: str) -> int:
     try:
-        return math.ceil(parse_quantity(value))
+        return quantity_value(value)
     except ValueError as e:
         raise InputError(f"{what}: {e}") from None
 
 
-def _nonzero(value: object) -> bool:
-    try:
-        return value is not None and parse_quantity(value) != 0
-    except ValueError:
-        return True  # reported by _ceil_quantity
-
-
 def _param(params: dict[str, Any], key: str, what: str) -> int | None:
-    if key not in params:
-        return None
     try:
-        return int(float(str(params[key])))
-    except ValueError:
-        raise InputError(f"{what} rayStartParams.{key}: not a number: {params[key]!r}") from None
+        return param_value(params, key)
+    except RayResourceError as e:
+        raise InputError(f"{what} {e.field}: {e}") from None
+
+
+def _cpus(res: dict[str, Any], params: dict[str, Any], what: str, values_prefix: str) -> tuple[int | None, str]:
+    """The Ray CPUs (kuberay.py) and the values key that sets them."""
+    try:
+        got = ray_cpus(res, params)
+    except RayResourceError as e:
+        raise InputError(f"{what} {e.field}: {e}") from None
+    if got.source == "rayStartParams":
+        return got.cpus, f"{values_prefix}.rayStartParams.num-cpus"
+    return got.cpus, f"{values_prefix}.resources.{got.source or 'limits'}.cpu"
+
+
+def _custom(params: dict[str, Any], what: str) -> dict[str, float]:
+    if "resources" not in params:
+        return {}
+    try:
+        return {str(k): float(v) for k, v in json.loads(str(params["resources"])).items()}
+    except (ValueError, AttributeError):
+        raise InputError(f"{what} rayStartParams.resources: not a JSON object of numbers") from None
 
 
 def node_resources(
@@ -78,29 +88,15 @@ def node_resources(
 ) -> tuple[int | None, int, int | None, dict[str, float], str]:
     """(cpus, gpus, memory bytes, custom resources, values key of the CPUs) as KubeRay derives them."""
     res = container.get("resources") or {}
-    limits, requests = res.get("limits") or {}, res.get("requests") or {}
-    cpus = _param(params, "num-cpus", what)
-    cpu_key = f"{values_prefix}.rayStartParams.num-cpus"
-    if cpus is None:
-        if _nonzero(limits.get("cpu")):
-            cpus, cpu_key = _ceil_quantity(limits["cpu"], f"{what} CPU limit"), f"{values_prefix}.resources.limits.cpu"
-        elif _nonzero(requests.get("cpu")):
-            cpus, cpu_key = _ceil_quantity(requests["cpu"], f"{what} CPU request"), f"{values_prefix}.resources.requests.cpu"
-        else:
-            cpu_key = f"{values_prefix}.resources.limits.cpu"
+    limits = res.get("limits") or {}
+    cpus, cpu_key = _cpus(res, params, what, values_prefix)
     gpus = _param(params, "num-gpus", what)
     if gpus is None:
         gpus = next((_ceil_quantity(v, f"{what} {k} limit") for k, v in limits.items() if str(k).endswith("gpu")), 0)
     memory = _param(params, "memory", what)
-    if memory is None and _nonzero(limits.get("memory")):
+    if memory is None and not is_zero(limits.get("memory")):
         memory = _ceil_quantity(limits["memory"], f"{what} memory limit")
-    custom: dict[str, float] = {}
-    if "resources" in params:
-        try:
-            custom = {str(k): float(v) for k, v in json.loads(str(params["resources"])).items()}
-        except (ValueError, AttributeError):
-            raise InputError(f"{what} rayStartParams.resources: not a JSON object of numbers") from None
-    return cpus, gpus, memory, custom, cpu_key
+    return cpus, gpus, memory, _custom(params, what), cpu_key
 
 
 def nodes_of(raycluster: dict[str, Any]) -> list[NodeSpec]:

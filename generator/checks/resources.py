@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .. import kuberay
 from ..findings import Finding, error, warning
+from ..placement import BACKEND, COLOCATED, cpus_per_bundle
 from ..resources import DAEMONSET_MARGIN_CPU, DAEMONSET_MARGIN_MEMORY_GIB, gib, parse_quantity, usable
 from .context import Context
 
 # A head bigger than this will not fit the ordinary CPU pools (n2/e2 up to 32 vCPUs) most users have.
 HEAD_CPU_WARN = 30
-# NeMo RL's colocated vLLM placement asks each GPU bundle for 2 CPUs.
-CPUS_PER_GPU_COLOCATED = 2
 
 
 def _q(resources: dict[str, Any], kind: str, name: str) -> float | None:
@@ -43,15 +43,55 @@ def _limits_cover_requests(prefix: str, res: dict[str, Any], shm: str) -> Iterat
         yield error(f"{prefix}.resources.requests.memory", "no memory request", "set one so the scheduler reserves memory")
 
 
-def ray_cpus(res: dict[str, Any], params: dict[str, str]) -> float | None:
-    """What KubeRay gives Ray: rayStartParams num-cpus, else the CPU limit, else the request."""
-    if "num-cpus" in params:
-        try:
-            return float(params["num-cpus"])
-        except ValueError:
-            return None
-    lim = _q(res, "limits", "cpu")
-    return lim if lim is not None else _q(res, "requests", "cpu")
+def ray_cpus(res: dict[str, Any], params: dict[str, str]) -> int | None:
+    """What KubeRay gives Ray (kuberay.py); None when Ray counts the machine or a number is unreadable
+    (the schema and the other rules report those)."""
+    try:
+        return kuberay.ray_cpus(res, params).cpus
+    except kuberay.RayResourceError:
+        return None
+
+
+def _ray_cpu_key(prefix: str, part: dict[str, Any]) -> str:
+    return f"{prefix}.rayStartParams.num-cpus" if "num-cpus" in part.get("rayStartParams", {}) else f"{prefix}.resources.limits.cpu"
+
+
+def _head_ray_cpus(ctx: Context) -> Iterator[Finding]:
+    rel, head = ctx.release, ctx.values["head"]
+    if rel is None or not rel.head_needs_cpu:
+        return
+    head_ray = ray_cpus(head["resources"], head.get("rayStartParams", {}))
+    if head_ray is not None and head_ray < 1:
+        yield error(
+            _ray_cpu_key("head", head),
+            f"the head has {head_ray:g} Ray CPUs; NeMo RL {rel.tag} reserves 1 CPU on every node and hangs forever without it",
+            "give the head at least 1 Ray CPU",
+        )
+        return
+    lim = _q(head["resources"], "limits", "cpu")
+    if head_ray is not None and "num-cpus" not in head.get("rayStartParams", {}) and lim is not None and 0 < lim < 1:
+        yield error(
+            "head.resources.limits.cpu",
+            f"the head's container gets {head['resources']['limits']['cpu']} of a CPU: KubeRay rounds it up to "
+            f"{head_ray} Ray CPU, and NeMo RL {rel.tag} reserves that CPU on every node, so its work runs throttled",
+            "give the head at least 1 CPU",
+        )
+
+
+def _worker_ray_cpus(ctx: Context) -> Iterator[Finding]:
+    worker = ctx.values["worker"]
+    worker_ray = ray_cpus(worker["resources"], worker.get("rayStartParams", {}))
+    if worker_ray is None or ctx.get(COLOCATED) is not True:
+        return
+    per_bundle = cpus_per_bundle(colocated=True, backend=str(ctx.get(BACKEND, "vllm")))
+    need = per_bundle * ctx.gpus_per_node
+    if worker_ray < need:
+        yield error(
+            _ray_cpu_key("worker", worker),
+            f"each worker has {worker_ray:g} Ray CPUs; colocated generation places {ctx.gpus_per_node} "
+            f"bundles of {{CPU: {per_bundle}, GPU: 1}} per node",
+            f"give workers at least {need} Ray CPUs",
+        )
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -89,24 +129,5 @@ def check(ctx: Context) -> Iterator[Finding]:
             "the head needs a few CPUs; 4-8 is plenty",
         )
 
-    rel = ctx.release
-    head_ray = ray_cpus(head["resources"], head.get("rayStartParams", {}))
-    if rel is not None and rel.head_needs_cpu and head_ray is not None and head_ray < 1:
-        key = "head.rayStartParams.num-cpus" if "num-cpus" in head.get("rayStartParams", {}) else "head.resources.limits.cpu"
-        yield error(
-            key,
-            f"the head has {head_ray:g} Ray CPUs; NeMo RL {rel.tag} reserves 1 CPU on every node and hangs forever without it",
-            "give the head at least 1 Ray CPU",
-        )
-
-    worker_ray = ray_cpus(worker["resources"], worker.get("rayStartParams", {}))
-    if worker_ray is not None and ctx.get("policy.generation.colocated.enabled") is True:
-        need = CPUS_PER_GPU_COLOCATED * ctx.gpus_per_node
-        if worker_ray < need:
-            key = "worker.rayStartParams.num-cpus" if "num-cpus" in worker.get("rayStartParams", {}) else "worker.resources.limits.cpu"
-            yield error(
-                key,
-                f"each worker has {worker_ray:g} Ray CPUs; colocated generation places {ctx.gpus_per_node} "
-                f"bundles of {{CPU: {CPUS_PER_GPU_COLOCATED}, GPU: 1}} per node",
-                f"give workers at least {need} Ray CPUs",
-            )
+    yield from _head_ray_cpus(ctx)
+    yield from _worker_ray_cpus(ctx)
