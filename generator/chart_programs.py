@@ -11,7 +11,7 @@ import sys
 from functools import cache
 from types import ModuleType
 
-from .schema import CHART_DIR
+from .paths import CHART_DIR
 
 
 @cache

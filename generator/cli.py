@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from . import grpo, networks, releases
+from .arg_types import int_range
+from .gke import DEFAULT_MODE, MODES, PROVISIONING
 from .profiles import ACCELERATORS
-from .values_builder import MAX_NODES
 from .values_io import InputError
+from .worker_groups import MAX_NODES
+
+MAX_COUNT = 1_000_000  # --max-steps, --prompts-per-step, ...: bounds that keep the arithmetic small
 
 SUBCOMMANDS = ("generate", "validate", "render", "infra", "rehearse")
 
@@ -26,32 +30,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _positive_nodes(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--nodes must be a whole number, got {text!r}") from None
-    if not 1 <= n <= MAX_NODES:
-        raise argparse.ArgumentTypeError(f"--nodes must be between 1 and {MAX_NODES}, got {n}")
-    return n
-
-
-def _count(flag: str, minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a whole number, got {text!r}") from None
-        if not minimum <= n <= 1_000_000:
-            raise argparse.ArgumentTypeError(f"{flag} must be between {minimum} and 1000000, got {n}")
-        return n
-
-    return parse
-
-
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", required=True, choices=ACCELERATORS, help="accelerator profile of the GPU nodes")
-    p.add_argument("--nodes", type=_positive_nodes, default=None, help="GPU worker nodes (8 GPUs each), 1-64; default 2")
+    p.add_argument("--nodes", type=int_range("--nodes", 1, MAX_NODES), default=None, help="GPU worker nodes (8 GPUs each), 1-64; default 2")
     p.add_argument("-o", "--output", type=Path, help="values file to write; default values-<gpu>.yaml in the current folder")
     p.add_argument("--name", default="", help="RayCluster/object name prefix (fullnameOverride); default: the Helm release name")
     p.add_argument("--storage-claim", default="", help="use this existing ReadWriteMany PVC instead of a static Lustre volume")
@@ -64,7 +45,7 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--provisioning",
         default=None,
-        choices=("spot", "on-demand", "flex-start", "reservation"),
+        choices=PROVISIONING,
         help="how GPU nodes are obtained; default spot",
     )
     p.add_argument("--reservation", default=None, help="reservation name (with --provisioning reservation)")
@@ -76,17 +57,20 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kueue-queue", default="", help="queue the RayCluster in this Kueue LocalQueue")
     p.add_argument("--release", default=releases.DEFAULT_RELEASE, choices=tuple(releases.RELEASES), help="NeMo RL release")
-    p.add_argument("--mode", default="standard", choices=("standard", "autopilot"), help="GKE mode of the cluster; default standard")
+    p.add_argument("--mode", default=DEFAULT_MODE, choices=MODES, help="GKE mode of the cluster; default standard")
     run = p.add_argument_group("the GRPO run")
     run.add_argument(
         "--model", default=grpo.DEFAULT_MODEL, choices=tuple(grpo.MODELS), help="model preset; default the tutorial's gemma3-27b"
     )
     run.add_argument(
-        "--generation-nodes", type=_count("--generation-nodes", 0), default=None, help="nodes dedicated to vLLM generation; 0 = colocated"
+        "--generation-nodes",
+        type=int_range("--generation-nodes", 0, MAX_COUNT),
+        default=None,
+        help="nodes dedicated to vLLM generation; 0 = colocated",
     )
-    run.add_argument("--max-steps", type=_count("--max-steps", 1), default=None, help="total GRPO steps")
-    run.add_argument("--prompts-per-step", type=_count("--prompts-per-step", 1), default=None)
-    run.add_argument("--generations-per-prompt", type=_count("--generations-per-prompt", 1), default=None)
+    run.add_argument("--max-steps", type=int_range("--max-steps", 1, MAX_COUNT), default=None, help="total GRPO steps")
+    run.add_argument("--prompts-per-step", type=int_range("--prompts-per-step", 1, MAX_COUNT), default=None)
+    run.add_argument("--generations-per-prompt", type=int_range("--generations-per-prompt", 1, MAX_COUNT), default=None)
     run.add_argument("--run-name", default=None, help="run name: checkpoint/log folder and W&B name")
     run.add_argument(
         "--save-by",

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from .findings import ERROR
 from .validate import validate_values
-from .values_builder import MAX_NODES, GroupSpec, Options, build, total_nodes
+from .values_builder import Options, build, total_nodes
 from .values_io import InputError, dump_values, write_atomic
+from .worker_groups import MAX_NODES, GroupSpec, worker_nodes
 
 
 def header(argv: list[str]) -> str:
@@ -27,7 +28,7 @@ def _groups(text: str) -> tuple[GroupSpec, ...]:
         groups = tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
     except ValueError as e:
         raise InputError(str(e)) from None
-    total = sum(g.replicas for g in groups)
+    total = worker_nodes(g.replicas for g in groups)
     if total > MAX_NODES:
         raise InputError(f"--groups: {total} GPU nodes in all; at most {MAX_NODES}")
     return groups

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .helm_pins import HELM4, PINS, ROOT, HelmPin
-from .schema import CHART_DIR
+from .helm_pins import HELM4, PINS, HelmPin
+from .paths import CHART_DIR, ROOT
 
 DEFAULT_RELEASE = "nemo-rl"
 DEFAULT_NAMESPACE = "default"

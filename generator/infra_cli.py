@@ -15,11 +15,13 @@ import sys
 from pathlib import Path
 
 from . import networks
+from .gke import MODES, PROVISIONING
 from .infra_script import bring_up_script, teardown_script
-from .infra_steps import LUSTRE_THROUGHPUTS, MODES, PROVISIONING, InfraOptions
+from .infra_steps import InfraOptions
+from .lustre import LUSTRE_MIN_GIB, LUSTRE_THROUGHPUTS
 from .profiles import ACCELERATORS
-from .values_builder import MAX_NODES
 from .values_io import InputError, write_atomic
+from .worker_groups import MAX_NODES
 
 PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]{1,2}$")
@@ -32,9 +34,6 @@ RESERVATION_PATH = re.compile(
 )
 IMAGE_PATH = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/global/images/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
-# Managed Lustre: smallest capacity of each throughput tier (MB/s per TiB); capacities are
-# multiples of it.
-LUSTRE_MIN_GIB = {1000: 9000, 500: 18000, 250: 36000, 125: 72000}
 
 DEFAULTS = InfraOptions(gpu="h200", project="", region="", zone="")
 

@@ -14,11 +14,8 @@ import shlex
 from dataclasses import dataclass
 
 from . import networks
+from .gke import DEFAULT_MODE, DEFAULT_PROVISIONING
 from .profiles import profile
-
-MODES = ("standard", "autopilot")
-PROVISIONING = ("spot", "on-demand", "flex-start", "reservation")
-LUSTRE_THROUGHPUTS = (125, 250, 500, 1000)
 
 APIS = (
     "compute.googleapis.com",
@@ -51,9 +48,9 @@ class InfraOptions:
     project: str
     region: str
     zone: str
-    mode: str = "standard"
+    mode: str = DEFAULT_MODE
     nodes: int = 2
-    provisioning: str = "spot"
+    provisioning: str = DEFAULT_PROVISIONING
     reservation: str = ""
     cluster: str = "nemo-rl"
     network_prefix: str = networks.DEFAULT_PREFIX

@@ -19,7 +19,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .helm_pins import PINS, ROOT, HelmPin
+from .helm_pins import PINS, HelmPin
+from .paths import ROOT
 
 CACHE_DIR = ROOT / ".cache" / "wheels"
 

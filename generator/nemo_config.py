@@ -15,9 +15,10 @@ import difflib
 import re
 import shlex
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -86,6 +87,7 @@ class Override:
 
 
 _MISSING = object()
+W = TypeVar("W")  # where an override was given
 
 
 def lookup(config: dict[str, Any], key: str, default: Any = _MISSING) -> Any:
@@ -130,6 +132,22 @@ def apply_overrides(config: dict[str, Any], args: list[str]) -> dict[str, Any]:
     out = copy.deepcopy(config)
     for arg in args:
         apply_override(out, Override.parse(arg))
+    return out
+
+
+def grpo_override_args(grpo: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(values path, argument) of each override in the values file's `grpo` section, in the order
+    the chart passes them to NeMo RL: grpo.overrides, then grpo.extraOverrides."""
+    given = [(f"grpo.overrides[{i}]", str(a)) for i, a in enumerate(grpo.get("overrides") or [])]
+    return given + [(f"grpo.extraOverrides[{i}]", str(a)) for i, a in enumerate(grpo.get("extraOverrides") or [])]
+
+
+def winning(overrides: Iterable[tuple[W, Override]]) -> dict[str, tuple[W, Override]]:
+    """Each key's override that takes effect: NeMo RL applies them in order, so the last one wins
+    (a key keeps the place of its first setting)."""
+    out: dict[str, tuple[W, Override]] = {}
+    for where, ov in overrides:
+        out[ov.key] = (where, ov)
     return out
 
 

@@ -14,25 +14,19 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from .arg_types import int_range
 from .helm import DEFAULT_RELEASE
-from .values_builder import MAX_NODES
-
-
-def _max_nodes(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--max-nodes must be a whole number, got {text!r}") from None
-    if not 1 <= n <= MAX_NODES:
-        raise argparse.ArgumentTypeError(f"--max-nodes must be between 1 and {MAX_NODES}, got {n}")
-    return n
+from .worker_groups import MAX_NODES
 
 
 def add_rehearse_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("values", type=Path, metavar="VALUES_FILE", help="the values file, as given to helm install -f")
     p.add_argument("--drill", choices=("preempt",), default=None, help="preempt: reclaim a GPU node mid-run and check the resume")
     p.add_argument(
-        "--max-nodes", type=_max_nodes, default=16, help="most GPU worker nodes to start locally (one Ray node each); default 16"
+        "--max-nodes",
+        type=int_range("--max-nodes", 1, MAX_NODES),
+        default=16,
+        help="most GPU worker nodes to start locally (one Ray node each); default 16",
     )
     p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Helm release name; default {DEFAULT_RELEASE}")
 

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .paths import CHART_DIR
 from .rehearse_cluster import LocalCluster
 from .rehearse_report import Output
 from .rehearse_topology import Rendered
-from .schema import CHART_DIR
 
 LAUNCHER = CHART_DIR / "files" / "launcher.py"
 LAUNCHER_TIMEOUTS = {"files_s": 5, "head_s": 60, "gpus_s": 60, "previous_s": 60, "running_s": 120}

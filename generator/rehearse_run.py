@@ -19,13 +19,13 @@ from typing import Any
 
 from .helm import DEFAULT_RELEASE, HelmError, HelmMissing, default_helm
 from .manifests import parse_documents
+from .paths import ROOT
 from .rehearse_cluster import OBJECT_STORE_BYTES, LocalCluster
 from .rehearse_drill import PAUSE_AFTER_STEP, PAUSED_LINE, Drill
 from .rehearse_launcher import RUN_LIMIT_S, Launcher, make_spec
 from .rehearse_plan import RunConfigError, Settings, settings, values_keys
 from .rehearse_report import STAND_IN_STEPS, Outcome, Output, report
 from .rehearse_topology import NodeSpec, Rendered, parse_rendered
-from .schema import ROOT
 from .values_io import InputError, load_values
 from .values_merge import as_helm_sees_it
 

@@ -7,12 +7,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import ROOT
+
 SCHEMA_PATH = ROOT / "schemas" / "values.schema.json"
-CHART_DIR = ROOT / "charts" / "nemo-rl-gke"
 
 
 @cache

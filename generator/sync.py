@@ -21,7 +21,8 @@ import yaml
 
 from .docs import replace_table, values_table
 from .generate import canonical_argv, options_from_args, render_text
-from .schema import CHART_DIR, ROOT, SCHEMA_PATH
+from .paths import CHART_DIR, ROOT
+from .schema import SCHEMA_PATH
 
 EXAMPLES_DIR = ROOT / "examples"
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m generator.sync", description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 when a derived file differs from its source")
     args = p.parse_args(argv)
-    root = CHART_DIR.parent.parent
+    root = ROOT
     if args.check:
         stale = drifted()
         for path in stale:

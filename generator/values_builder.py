@@ -2,47 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from . import grpo, networks, releases
+from .gke import DEFAULT_MODE, DEFAULT_PROVISIONING, MODES, PROVISIONING
 from .profiles import profile
 from .resources import worker_sizing
+from .worker_groups import GroupSpec, worker_nodes
 
-PROVISIONING = ("spot", "on-demand", "flex-start", "reservation")
-
-MAX_NODES = 64  # GPU worker nodes in one values file
 HEAD_CPU = 6
 HEAD_MEMORY_GIB = 24
 # Ray sizes the head's object store at 30% of the pod's memory but not under 10 GB (when /dev/shm is
 # smaller); an object store larger than /dev/shm goes to /tmp, the container's disk.
 HEAD_SHM_GIB = 12
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    name: str
-    replicas: int
-    provisioning: str = "spot"
-    reservation: str = ""
-
-    @classmethod
-    def parse(cls, text: str) -> GroupSpec:
-        """NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a."""
-        name, sep, rest = text.partition("=")
-        parts = rest.split(":") if sep else []
-        if not name or not parts or len(parts) > 3 or not re.fullmatch(r"[0-9]{1,6}", parts[0]):
-            raise ValueError(f"--groups entry {text!r}: use NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a")
-        if not 1 <= int(parts[0]) <= MAX_NODES:
-            raise ValueError(f"--groups entry {text!r}: REPLICAS must be between 1 and {MAX_NODES}")
-        prov = parts[1] if len(parts) > 1 else "spot"
-        if prov not in PROVISIONING:
-            raise ValueError(f"--groups entry {text!r}: provisioning must be one of {', '.join(PROVISIONING)}")
-        return cls(name, int(parts[0]), prov, parts[2] if len(parts) > 2 else "")
-
-    def __str__(self) -> str:
-        return ":".join([f"{self.name}={self.replicas}", self.provisioning, *([self.reservation] if self.reservation else [])])
 
 
 @dataclass(frozen=True)
@@ -53,7 +26,7 @@ class Options:
     storage_claim: str = ""
     network_prefix: str = networks.DEFAULT_PREFIX
     existing_networks: bool = False  # cluster-scoped objects another release already owns
-    provisioning: str = "spot"
+    provisioning: str = DEFAULT_PROVISIONING
     reservation: str = ""
     release: str = releases.DEFAULT_RELEASE
     model: str = grpo.DEFAULT_MODEL
@@ -64,7 +37,7 @@ class Options:
     run_name: str | None = None
     wandb: bool = False
     secret: str | None = None  # None: nemo-rl-tokens when the model is gated or W&B is on
-    mode: str = "standard"  # standard | autopilot
+    mode: str = DEFAULT_MODE  # one of gke.MODES
     save_by: str | None = None  # None: 06:22:00:00 with flex-start (7-day VMs), else not set
     groups: tuple[GroupSpec, ...] = ()  # empty: one group "gpu" of `nodes` replicas
     kueue_queue: str = ""
@@ -149,7 +122,7 @@ def secrets_values(opts: Options) -> dict[str, Any]:
 
 
 def total_nodes(opts: Options) -> int:
-    return sum(g.replicas for g in opts.groups) if opts.groups else opts.nodes
+    return worker_nodes(g.replicas for g in groups(opts))
 
 
 def run_choices(opts: Options) -> grpo.RunChoices:
@@ -195,9 +168,6 @@ def groups(opts: Options) -> tuple[GroupSpec, ...]:
 
 def provisionings(opts: Options) -> set[str]:
     return {g.provisioning for g in groups(opts)}
-
-
-MODES = ("standard", "autopilot")
 
 
 def gke_values(mode: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .schema import CHART_DIR
+from .paths import CHART_DIR
 
 
 def coalesce(defaults: Any, override: Any) -> Any:

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ..nemo_config import Override, OverrideError
+from ..nemo_config import Override, OverrideError, grpo_override_args, winning
 from ..profiles import AcceleratorProfile, profile
 from ..releases import RELEASES, NemoRlRelease
+from ..worker_groups import worker_nodes
 
 
 @dataclass(frozen=True)
@@ -44,18 +45,13 @@ class Context:
     @cached_property
     def overrides(self) -> dict[str, Entry]:
         """grpo.overrides then grpo.extraOverrides, later entries winning, as NeMo RL applies them."""
-        out: dict[str, Entry] = {}
-        given = list(self.grpo.get("overrides", []))
-        args = given + list(self.grpo.get("extraOverrides", []))
-        for i, arg in enumerate(args):
+        parsed: list[tuple[int, Override]] = []
+        for i, (where, arg) in enumerate(grpo_override_args(self.grpo)):
             try:
-                ov = Override.parse(arg)
+                parsed.append((i, Override.parse(arg)))
             except OverrideError as e:
-                where = f"grpo.overrides[{i}]" if i < len(given) else f"grpo.extraOverrides[{i - len(given)}]"
                 self.syntax_errors.append((where, str(e), e.fix))
-                continue
-            out[ov.key] = Entry(i, ov.prefix, ov.value)
-        return out
+        return {key: Entry(i, ov.prefix, ov.value) for key, (i, ov) in winning(parsed).items()}
 
     def get(self, key: str, default: Any = None) -> Any:
         entry = self.overrides.get(key)
@@ -63,7 +59,7 @@ class Context:
 
     @property
     def worker_nodes(self) -> int:
-        return sum(g["replicas"] for g in self.values["workerGroups"])
+        return worker_nodes(g["replicas"] for g in self.values["workerGroups"])
 
     @property
     def gpus_per_node(self) -> int:

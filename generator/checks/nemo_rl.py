@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from ..findings import Finding, error, warning
 from ..grpo import SAVE_BY
+from ..nemo_config import grpo_override_args
 from ..placement import COLOCATED, GENERATION_GPUS_PER_NODE, GENERATION_NODES, GPUS_PER_NODE, NUM_NODES, Issue, Placement, placement
 from .context import Context, override_key
 
@@ -35,10 +36,9 @@ def _syntax(ctx: Context) -> Iterator[Finding]:
     for key, message, fix in ctx.syntax_errors:
         yield error(key, message, fix or "write key=value, +key=value or ++key=value")
     seen: dict[str, int] = {}
-    args = list(ctx.grpo.get("overrides", [])) + list(ctx.grpo.get("extraOverrides", []))
-    for i, arg in enumerate(args):
+    for i, (where, arg) in enumerate(grpo_override_args(ctx.grpo)):
         key = arg.lstrip("+").split("=", 1)[0]
-        if key in seen and i < len(ctx.grpo.get("overrides", [])):
+        if key in seen and where.startswith("grpo.overrides["):
             yield error(override_key(key), f"set twice in grpo.overrides (entries {seen[key]} and {i})", "keep one")
         seen.setdefault(key, i)
 

@@ -6,10 +6,9 @@ import posixpath
 from collections.abc import Iterator
 
 from ..findings import Finding, error, warning
+from ..lustre import LUSTRE_SMALLEST_GIB
 from ..resources import gib
 from .context import Context, override_key
-
-LUSTRE_MIN_GIB = 9000
 
 
 def under(path: str, mount: str) -> bool:
@@ -45,11 +44,11 @@ def check(ctx: Context) -> Iterator[Finding]:
         yield error("prepare.gsm8kJsonlDir", f"{jsonl} is not under the shared mount {mount}", f"put it under {mount}/")
     if not st["existingClaim"]:
         lustre = st["lustre"]
-        if gib(lustre["capacity"]) < LUSTRE_MIN_GIB:
+        if gib(lustre["capacity"]) < LUSTRE_SMALLEST_GIB:
             yield error(
                 "storage.lustre.capacity",
-                f"{lustre['capacity']} is below Managed Lustre's minimum of {LUSTRE_MIN_GIB}Gi",
-                f"use at least {LUSTRE_MIN_GIB}Gi",
+                f"{lustre['capacity']} is below Managed Lustre's minimum of {LUSTRE_SMALLEST_GIB}Gi",
+                f"use at least {LUSTRE_SMALLEST_GIB}Gi",
             )
         if "PROJECT_ID" in lustre["volumeHandle"] or "ZONE" in lustre["volumeHandle"]:
             yield warning(

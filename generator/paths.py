@@ -1,0 +1,9 @@
+"""Where the checkout's files are: the repository root and the chart. Standard library only
+(scripts/bootstrap.sh runs helm_pins before any dependency is installed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART_DIR = ROOT / "charts" / "nemo-rl-gke"
