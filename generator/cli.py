@@ -11,14 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import grpo, networks, releases
-from .arg_types import int_range
-from .gke import DEFAULT_MODE, MODES, PROVISIONING
-from .profiles import ACCELERATORS
 from .values_io import InputError
-from .worker_groups import MAX_NODES
-
-MAX_COUNT = 1_000_000  # --max-steps, --prompts-per-step, ...: bounds that keep the arithmetic small
 
 SUBCOMMANDS = ("generate", "validate", "render", "infra", "rehearse")
 
@@ -28,58 +21,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _add_generate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", required=True, choices=ACCELERATORS, help="accelerator profile of the GPU nodes")
-    p.add_argument("--nodes", type=int_range("--nodes", 1, MAX_NODES), default=None, help="GPU worker nodes (8 GPUs each), 1-64; default 2")
-    p.add_argument("-o", "--output", type=Path, help="values file to write; default values-<gpu>.yaml in the current folder")
-    p.add_argument("--name", default="", help="RayCluster/object name prefix (fullnameOverride); default: the Helm release name")
-    p.add_argument("--storage-claim", default="", help="use this existing ReadWriteMany PVC instead of a static Lustre volume")
-    p.add_argument("--network-prefix", default=networks.DEFAULT_PREFIX, help="prefix of the VPC and subnet names (same as for `infra`)")
-    p.add_argument(
-        "--existing-networks",
-        action="store_true",
-        help="the cluster already has the GKE Network objects (another release made them): leave them out (network.createObjects: false)",
-    )
-    p.add_argument(
-        "--provisioning",
-        default=None,
-        choices=PROVISIONING,
-        help="how GPU nodes are obtained; default spot",
-    )
-    p.add_argument("--reservation", default=None, help="reservation name (with --provisioning reservation)")
-    p.add_argument(
-        "--groups",
-        default="",
-        help="several worker groups instead of --nodes/--provisioning: NAME=REPLICAS[:PROVISIONING[:RESERVATION]],... "
-        "e.g. train=4:reservation:res-a,generate=4:spot",
-    )
-    p.add_argument("--kueue-queue", default="", help="queue the RayCluster in this Kueue LocalQueue")
-    p.add_argument("--release", default=releases.DEFAULT_RELEASE, choices=tuple(releases.RELEASES), help="NeMo RL release")
-    p.add_argument("--mode", default=DEFAULT_MODE, choices=MODES, help="GKE mode of the cluster; default standard")
-    run = p.add_argument_group("the GRPO run")
-    run.add_argument(
-        "--model", default=grpo.DEFAULT_MODEL, choices=tuple(grpo.MODELS), help="model preset; default the tutorial's gemma3-27b"
-    )
-    run.add_argument(
-        "--generation-nodes",
-        type=int_range("--generation-nodes", 0, MAX_COUNT),
-        default=None,
-        help="nodes dedicated to vLLM generation; 0 = colocated",
-    )
-    run.add_argument("--max-steps", type=int_range("--max-steps", 1, MAX_COUNT), default=None, help="total GRPO steps")
-    run.add_argument("--prompts-per-step", type=int_range("--prompts-per-step", 1, MAX_COUNT), default=None)
-    run.add_argument("--generations-per-prompt", type=int_range("--generations-per-prompt", 1, MAX_COUNT), default=None)
-    run.add_argument("--run-name", default=None, help="run name: checkpoint/log folder and W&B name")
-    run.add_argument(
-        "--save-by",
-        default=None,
-        help="DD:HH:MM:SS after training starts to save and stop (checkpoint_must_save_by); flex-start: 06:22:00:00",
-    )
-    run.add_argument("--wandb", action="store_true", help="log to Weights & Biases (needs WANDB_API_KEY in the Secret)")
-    run.add_argument("--secret", default=None, help="existing Secret with HF_TOKEN (and WANDB_API_KEY); default nemo-rl-tokens when needed")
-    p.add_argument("--force", action="store_true", help="overwrite an existing file that differs")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -120,7 +61,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     gen = sub.add_parser("generate", help="write a values file for one accelerator (the default)")
-    _add_generate_args(gen)
+    from .generate_options import add_generate_args
+
+    add_generate_args(gen)
 
     val = sub.add_parser("validate", help="check values files: schema, then the semantic rules")
     val.add_argument("files", nargs="+", type=Path, metavar="FILE")

@@ -20,7 +20,8 @@ from pathlib import Path
 import yaml
 
 from .docs import replace_table, values_table
-from .generate import canonical_argv, options_from_args, render_text
+from .generate import render_text
+from .generate_options import generate_argv, options_from_args
 from .paths import CHART_DIR, ROOT
 from .schema import SCHEMA_PATH
 
@@ -35,7 +36,7 @@ def _generated(argv: list[str]) -> Callable[[], str]:
 
         parser, _ = build_parser()
         args = parser.parse_args(["generate", *argv])
-        return render_text(options_from_args(args), canonical_argv(args))
+        return render_text(options_from_args(args), generate_argv(args))
 
     return make
 
