@@ -1,1 +1,1 @@
-"""nemo-rl-gke values generator: `python -m generator --gpu b200|h200`."""
+"""nemo-rl-gke values generator: `python -m generator --gpu GPU` (a profile of profiles.py)."""

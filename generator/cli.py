@@ -1,4 +1,4 @@
-"""Command line: `python -m generator --gpu b200|h200` and its subcommands."""
+"""Command line: `python -m generator --gpu GPU` (a profile of profiles.py) and its subcommands."""
 
 from __future__ import annotations
 

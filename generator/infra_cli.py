@@ -20,7 +20,7 @@ from .infra_script import bring_up_script, teardown_script
 from .infra_steps import InfraOptions
 from .lustre import LUSTRE_MIN_GIB, LUSTRE_THROUGHPUTS
 from .option_specs import OptionSpec, add_arguments, canonical_argv, options_of
-from .profiles import PROFILES
+from .profiles import DEFAULT_ACCELERATOR, PROFILES
 from .values_io import InputError, write_atomic
 from .worker_groups import MAX_NODES
 
@@ -36,7 +36,7 @@ RESERVATION_PATH = re.compile(
 IMAGE_PATH = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/global/images/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 
-DEFAULTS = InfraOptions(gpu="h200", project="", region="", zone="")
+DEFAULTS = InfraOptions(gpu=DEFAULT_ACCELERATOR, project="", region="", zone="")
 
 
 D = DEFAULTS

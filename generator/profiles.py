@@ -1,7 +1,9 @@
 """Accelerator profiles: the one table of per-GPU facts (machine, labels, NCCL tuner, sizes).
 
 Everything accelerator-dependent that the values file, `validate` and the infra script need
-comes from here; templates only read what the generator wrote into values.
+comes from here; templates only read what the generator wrote into values. Adding a profile:
+add it to PROFILES and run scripts/sync.sh (it writes the schema's enums and the chart's
+generated values files); every command reads the table when it runs.
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ PROFILES: dict[str, AcceleratorProfile] = {
     ),
 }
 
-ACCELERATORS: tuple[str, ...] = tuple(PROFILES)
 DEFAULT_ACCELERATOR = "h200"
 
 
@@ -67,7 +68,7 @@ def profile(key: str) -> AcceleratorProfile:
     try:
         return PROFILES[key]
     except KeyError:
-        choices = ", ".join(ACCELERATORS)
+        choices = ", ".join(PROFILES)
         raise ValueError(f"unknown accelerator {key!r}: choose one of {choices}") from None
 
 

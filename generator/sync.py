@@ -2,10 +2,11 @@
 
     python -m generator.sync [--check]
 
+- schemas/values.schema.json accelerator section <- the profile table (generator/profiles.py)
 - charts/nemo-rl-gke/values.schema.json  <- schemas/values.schema.json
-- charts/nemo-rl-gke/values.yaml         <- python -m generator --gpu h200 (the chart's defaults)
-- charts/nemo-rl-gke/ci/b200-values.yaml <- python -m generator --gpu b200
-- charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu X --mode autopilot
+- charts/nemo-rl-gke/values.yaml         <- python -m generator --gpu <default profile, h200> (the chart's defaults)
+- charts/nemo-rl-gke/ci/<gpu>-values.yaml <- python -m generator --gpu <every other profile>
+- charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu <every profile> --mode autopilot
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 """
@@ -23,7 +24,9 @@ from .docs import replace_table, values_table
 from .generate import render_text
 from .generate_options import generate_argv, options_from_args
 from .paths import CHART_DIR, ROOT
-from .schema import SCHEMA_PATH
+from .profiles import DEFAULT_ACCELERATOR, PROFILES
+from .schema import SCHEMA_PATH, load_schema
+from .schema_accelerators import synced_schema_text
 
 EXAMPLES_DIR = ROOT / "examples"
 
@@ -43,30 +46,41 @@ def _generated(argv: list[str]) -> Callable[[], str]:
 
 def _readme() -> str:
     readme = (CHART_DIR / "README.md").read_text(encoding="utf-8")
-    defaults = yaml.safe_load(_generated(["--gpu", "h200"])())
+    defaults = yaml.safe_load(_generated(["--gpu", DEFAULT_ACCELERATOR])())
     return replace_table(readme, values_table(defaults))
 
 
-# Example runs (examples/*.yaml), each generated, for both accelerators.
+# Example runs (examples/*.yaml), each generated, for every accelerator profile.
 EXAMPLES: dict[str, list[str]] = {
     "quickstart": ["--nodes", "1", "--model", "qwen2.5-1.5b"],
     "tutorial": ["--wandb"],
     "scale-out": ["--groups", "train=4:reservation:rl-reservation,generate=4:spot", "--kueue-queue", "gpu-queue", "--wandb"],
 }
 
-TARGETS: dict[Path, Callable[[], str]] = {
-    CHART_DIR / "values.schema.json": lambda: SCHEMA_PATH.read_text(encoding="utf-8"),
-    CHART_DIR / "values.yaml": _generated(["--gpu", "h200"]),
-    CHART_DIR / "ci" / "b200-values.yaml": _generated(["--gpu", "b200"]),
-    CHART_DIR / "ci" / "b200-autopilot-values.yaml": _generated(["--gpu", "b200", "--mode", "autopilot"]),
-    CHART_DIR / "ci" / "h200-autopilot-values.yaml": _generated(["--gpu", "h200", "--mode", "autopilot"]),
-    CHART_DIR / "README.md": _readme,
-} | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in ("b200", "h200")}
+
+def _schema() -> str:
+    return synced_schema_text(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def targets() -> dict[Path, Callable[[], str]]:
+    """Every derived file and how to make it, for the profiles in the table now."""
+    others = [gpu for gpu in PROFILES if gpu != DEFAULT_ACCELERATOR]
+    return (
+        {
+            SCHEMA_PATH: _schema,  # its accelerator section comes from the profile table
+            CHART_DIR / "values.schema.json": _schema,
+            CHART_DIR / "values.yaml": _generated(["--gpu", DEFAULT_ACCELERATOR]),
+        }
+        | {CHART_DIR / "ci" / f"{gpu}-values.yaml": _generated(["--gpu", gpu]) for gpu in others}
+        | {CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"]) for gpu in PROFILES}
+        | {CHART_DIR / "README.md": _readme}
+        | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
+    )
 
 
 def drifted() -> list[Path]:
     out = []
-    for path, make in TARGETS.items():
+    for path, make in targets().items():
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current != make():
             out.append(path)
@@ -83,12 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         for path in stale:
             print(f"{path.relative_to(root)}: out of date; run scripts/sync.sh", file=sys.stderr)
         return 1 if stale else 0
-    for path, make in TARGETS.items():
+    for path, make in targets().items():
         text = make()
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             print(f"{path.relative_to(root)}: updated")
+            if path == SCHEMA_PATH:
+                load_schema.cache_clear()  # the values files below are checked against the new schema
     return 0
 
 

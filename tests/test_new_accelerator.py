@@ -1,0 +1,116 @@
+"""Adding an accelerator profile is editing the table (profiles.PROFILES) and running
+scripts/sync.sh: a made-up profile flows through generate, validate, render (real Helm) and infra."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from generator import cli, schema, sync
+from generator.findings import ERROR
+from generator.helm import Helm
+from generator.paths import CHART_DIR
+from generator.profiles import PROFILES, AcceleratorProfile
+from generator.schema_accelerators import synced_schema_text
+from generator.validate import validate_values
+
+X100 = AcceleratorProfile(
+    key="x100",
+    display_name="Made-up X100",
+    machine_type="x9-madeupgpu-8g",
+    node_label="nvidia-x100-made-up",
+    gpus_per_node=8,
+    gpu_memory_gb=96,
+    host_vcpus=192,
+    host_memory_gib=2048,
+    local_ssd_gb=6000,
+    nccl_tuner_config_path="/usr/local/gib/configs/tuner_config_x9.txtpb",
+    min_gke_version="1.33.1-gke.1000000",
+    rdma_nics=4,
+    shm_size_gib=200,
+)
+
+
+def _clear_schema_caches() -> None:
+    schema.load_schema.cache_clear()
+    schema._validator.cache_clear()  # built from the schema file
+
+
+@pytest.fixture
+def x100(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The table with X100 added and the schema as scripts/sync.sh then writes it (in tmp_path)."""
+    monkeypatch.setitem(PROFILES, X100.key, X100)
+    schema_file = tmp_path / "values.schema.json"
+    schema_file.write_text(synced_schema_text(schema.SCHEMA_PATH.read_text(encoding="utf-8")), encoding="utf-8")
+    monkeypatch.setattr(schema, "SCHEMA_PATH", schema_file)
+    monkeypatch.setattr(sync, "SCHEMA_PATH", schema_file)
+    _clear_schema_caches()
+    yield schema_file
+    _clear_schema_caches()
+
+
+def _generate(tmp_path: Path, *argv: str) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path / "values-x100.yaml"
+    assert cli.main(["--gpu", "x100", "-o", str(out), *argv]) == 0
+    return out, yaml.safe_load(out.read_text(encoding="utf-8"))
+
+
+def test_schema_enums_and_sync_targets_come_from_the_table(x100: Path) -> None:
+    acc = json.loads(x100.read_text(encoding="utf-8"))["properties"]["accelerator"]
+    assert acc["properties"]["type"]["enum"][-1] == "x100"
+    assert X100.machine_type in acc["properties"]["machineType"]["enum"]
+    assert X100.node_label in acc["properties"]["nodeLabel"]["enum"]
+    assert "tuner_config_x9.txtpb for X100" in acc["properties"]["ncclTunerConfigPath"]["description"]
+    assert "--gpu b200|h200|x100" in acc["description"]
+    names = {p.name for p in sync.targets()}
+    assert {"x100-values.yaml", "x100-autopilot-values.yaml", "quickstart-x100.yaml", "tutorial-x100.yaml"} <= names
+
+
+def test_generate_and_validate(x100: Path, tmp_path: Path) -> None:
+    out, values = _generate(tmp_path)
+    assert values["accelerator"] == {
+        "type": "x100",
+        "machineType": X100.machine_type,
+        "nodeLabel": X100.node_label,
+        "gpusPerNode": 8,
+        "ncclTunerConfigPath": X100.nccl_tuner_config_path,
+        "minGkeVersion": X100.min_gke_version,
+    }
+    assert len(values["network"]["rdma"]) == X100.rdma_nics
+    assert values["worker"]["shmSize"] == f"{X100.shm_size_gib}Gi"
+    assert [f for f in validate_values(values) if f.level == ERROR] == []
+    assert cli.main(["validate", str(out)]) == 0
+    # A field of another profile is still caught.
+    values["accelerator"]["machineType"] = PROFILES["h200"].machine_type
+    assert "accelerator.machineType" in {f.key for f in validate_values(values)}
+
+
+def test_render_with_helm(x100: Path, tmp_path: Path, helm: Helm) -> None:
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART_DIR, chart)
+    shutil.copy(x100, chart / "values.schema.json")  # what scripts/sync.sh writes into the chart
+    out, _ = _generate(tmp_path, "--nodes", "4")
+    docs = [d for d in yaml.safe_load_all(helm.template([out], chart=chart)) if d]
+    rc = next(d for d in docs if d["kind"] == "RayCluster")
+    (group,) = rc["spec"]["workerGroupSpecs"]
+    spec = group["template"]["spec"]
+    assert spec["nodeSelector"]["cloud.google.com/gke-accelerator"] == X100.node_label
+    env = {e["name"]: e.get("value") for e in spec["containers"][0].get("env", [])}
+    assert env["NCCL_TUNER_CONFIG_PATH"] == X100.nccl_tuner_config_path
+    assert group["replicas"] == 4
+
+
+def test_infra_script(x100: Path, tmp_path: Path) -> None:
+    out = tmp_path / "infra.sh"
+    argv = ["infra", "--gpu", "x100", "--project", "my-proj-1", "--region", "us-central1", "--zone", "us-central1-a"]
+    assert cli.main([*argv, "-o", str(out)]) == 0
+    script = out.read_text(encoding="utf-8")
+    assert X100.machine_type in script
+    assert X100.node_label in script
+    assert X100.min_gke_version in script
