@@ -2,7 +2,7 @@
 
     python -m generator.sync [--check]
 
-- schemas/values.schema.json accelerator section <- the profile table (generator/profiles.py)
+- schemas/values.schema.json parts that copy a table <- the tables (generator/schema_tables.py)
 - charts/nemo-rl-gke/values.schema.json  <- schemas/values.schema.json
 - charts/nemo-rl-gke/values.yaml         <- python -m generator --gpu <default profile, h200> (the chart's defaults)
 - charts/nemo-rl-gke/ci/<gpu>-values.yaml <- python -m generator --gpu <every other profile>
@@ -26,7 +26,7 @@ from .generate_options import generate_argv, options_from_args
 from .paths import CHART_DIR, ROOT
 from .profiles import DEFAULT_ACCELERATOR, PROFILES
 from .schema import SCHEMA_PATH, load_schema
-from .schema_accelerators import synced_schema_text
+from .schema_tables import synced_schema_text
 
 EXAMPLES_DIR = ROOT / "examples"
 

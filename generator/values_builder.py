@@ -172,7 +172,7 @@ def provisionings(opts: Options) -> set[str]:
 
 def gke_values(mode: str) -> dict[str, Any]:
     if mode not in MODES:
-        raise ValueError(f"unknown GKE mode {mode!r}: choose standard or autopilot")
+        raise ValueError(f"unknown GKE mode {mode!r}: choose {' or '.join(MODES)}")
     return {"mode": mode, "headComputeClass": "Balanced" if mode == "autopilot" else "", "gpuComputeClass": ""}
 
 

@@ -17,7 +17,7 @@ from generator.findings import ERROR
 from generator.helm import Helm
 from generator.paths import CHART_DIR
 from generator.profiles import PROFILES, AcceleratorProfile
-from generator.schema_accelerators import synced_schema_text
+from generator.schema_tables import synced_schema_text
 from generator.validate import validate_values
 
 X100 = AcceleratorProfile(

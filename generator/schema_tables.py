@@ -1,7 +1,10 @@
-"""The values schema's accelerator section, generated from the profile table (profiles.PROFILES):
-the enums of `accelerator.type`, `.machineType` and `.nodeLabel` and the descriptions that name
-each profile. `scripts/sync.sh` writes it into schemas/values.schema.json (and the chart's copy),
-so adding a profile to the table is all it takes."""
+"""The parts of the values schema that copy a Python table, generated from it by `scripts/sync.sh`
+(into schemas/values.schema.json and the chart's copy):
+- the accelerator section, from the profile table (profiles.PROFILES): the enums of
+  `accelerator.type`, `.machineType` and `.nodeLabel` and the descriptions that name each profile,
+  so adding a profile to the table is all it takes;
+- `gke.mode` (gke.MODES), `workerGroups[].provisioning` (gke.PROVISIONING) and the most
+  `workerGroups[].replicas` (worker_groups.MAX_NODES)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from .gke import MODES, PROVISIONING
 from .profiles import PROFILES
+from .worker_groups import MAX_NODES
 
 
 def _either(items: list[str]) -> str:
@@ -41,7 +46,12 @@ def accelerator_schema(section: dict[str, Any]) -> dict[str, Any]:
 
 
 def synced_schema_text(text: str) -> str:
-    """The schema file's text with its accelerator section generated from the profile table."""
+    """The schema file's text with the parts that copy a Python table generated from it."""
     schema = json.loads(text)
-    accelerator_schema(schema["properties"]["accelerator"])
+    props = schema["properties"]
+    accelerator_schema(props["accelerator"])
+    props["gke"]["properties"]["mode"]["enum"] = list(MODES)
+    group = props["workerGroups"]["items"]["properties"]
+    group["provisioning"]["enum"] = list(PROVISIONING)
+    group["replicas"]["maximum"] = MAX_NODES
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
