@@ -38,26 +38,26 @@ class OptionSpec:
         return self.field or self.dest
 
 
+def _argument_kwargs(s: OptionSpec, defaults: Any) -> dict[str, Any]:
+    if s.switch:
+        return {"action": "store_true", "help": s.help}
+    kw: dict[str, Any] = {"help": s.help or None}
+    if s.required:
+        kw["required"] = True
+    elif s.field is not None:
+        kw["default"] = None if s.unset_default else getattr(defaults, s.name)
+    optional = {"type": s.type, "metavar": s.metavar, "choices": None if s.choices is None else tuple(s.choices())}
+    return kw | {k: v for k, v in optional.items() if v is not None}
+
+
 def add_arguments(parser: argparse.ArgumentParser, specs: Iterable[OptionSpec], defaults: Any) -> None:
     """One argparse argument per spec; defaults come from the options object `defaults`."""
     groups: dict[str, Any] = {}
     for s in specs:
-        target = groups.setdefault(s.section, parser.add_argument_group(s.section)) if s.section else parser
-        flags = [s.short, s.flag] if s.short else [s.flag]
-        if s.switch:
-            target.add_argument(*flags, action="store_true", help=s.help)
-            continue
-        kw: dict[str, Any] = {"help": s.help or None}
-        if s.required:
-            kw["required"] = True
-        elif s.field is not None:
-            kw["default"] = None if s.unset_default else getattr(defaults, s.name)
-        for key, value in (("type", s.type), ("metavar", s.metavar)):
-            if value is not None:
-                kw[key] = value
-        if s.choices is not None:
-            kw["choices"] = tuple(s.choices())
-        target.add_argument(*flags, **kw)
+        if s.section and s.section not in groups:
+            groups[s.section] = parser.add_argument_group(s.section)
+        target = groups[s.section] if s.section else parser
+        target.add_argument(*([s.short, s.flag] if s.short else [s.flag]), **_argument_kwargs(s, defaults))
 
 
 def options_of(args: argparse.Namespace, specs: Iterable[OptionSpec], defaults: T, **fields: Any) -> T:
