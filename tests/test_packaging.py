@@ -82,3 +82,47 @@ def test_chart_readme_table_lists_every_schema_key():
         "workerGroups[].replicas",
     ):
         assert f"| `{key}` |" in table, key
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> str:
+    """Markdown without fenced code blocks and inline code, where links and headings are not."""
+    return re.sub(r"`[^`\n]*`", "", _FENCE.sub("", text))
+
+
+def _anchors(path: Path) -> set[str]:
+    """The ids GitHub gives a file's headings: lowercase, punctuation dropped, spaces as '-',
+    a repeated id suffixed -1, -2, ..."""
+    ids: set[str] = set()
+    counts: dict[str, int] = {}
+    for title in re.findall(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", _FENCE.sub("", path.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.replace("`", "").strip().lower()).replace(" ", "-")
+        n = counts.get(slug, 0)
+        counts[slug] = n + 1
+        ids.add(f"{slug}-{n}" if n else slug)
+    return ids
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_in_the_docs_resolves(doc):
+    broken = []
+    for target in _LINK.findall(_prose(doc.read_text())):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (doc.parent / file).resolve() if file else doc
+        if not dest.exists() or ROOT not in (dest, *dest.parents):
+            broken.append(f"{target}: no such file")
+        elif anchor and (dest.suffix != ".md" or anchor not in _anchors(dest)):
+            broken.append(f"{target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    assert broken == []
+
+
+def test_the_docs_pages_are_linked_from_the_readme():
+    links = set(_LINK.findall(_prose((ROOT / "README.md").read_text())))
+    for page in DOCS[1:]:
+        assert any(t.partition("#")[0] == f"docs/{page.name}" for t in links), page.name
