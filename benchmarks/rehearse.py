@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from generator.rehearse_cluster import TAG_ENV, tagged_pids  # noqa: E402
-from generator.values_builder import Options, build  # noqa: E402
+from generator.rehearse.cluster import TAG_ENV, tagged_pids  # noqa: E402
+from generator.values.build import Options, build  # noqa: E402
 
 
 def _kib(path: str, field: str) -> int:

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from generator.helm import default_helm  # noqa: E402
-from generator.manifests import parse_documents, validate_documents  # noqa: E402
+from generator.render.helm import default_helm  # noqa: E402
+from generator.render.manifests import parse_documents, validate_documents  # noqa: E402
 
 PY = sys.executable
 TARGETS = {"generator": 0.5, "validate": 0.5, "ratio": 3.0, "suite": 180.0}

@@ -27,6 +27,6 @@ if missing := _missing():
     )
     sys.exit(2)
 
-from .cli import main  # noqa: E402
+from generator.cli import main  # noqa: E402
 
 sys.exit(main())

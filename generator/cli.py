@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from .values_io import InputError
-
-SUBCOMMANDS = ("generate", "validate", "render", "infra", "rehearse")
+from generator.values.files import InputError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,34 +21,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _generate(args: argparse.Namespace) -> int:
-    from .generate import generate
-
-    return generate(args)
-
-
-def _validate(args: argparse.Namespace) -> int:
-    from .validate_cli import run
-
-    return run(args)
-
-
-def _render(args: argparse.Namespace) -> int:
-    from .render_cli import run
-
-    return run(args)
-
-
-def _infra(args: argparse.Namespace) -> int:
-    from .infra_cli import run
-
-    return run(args)
-
-
-def _rehearse(args: argparse.Namespace) -> int:
-    from .rehearse_cli import run
-
-    return run(args)
+# The subcommands, each a module that owns its arguments: HELP, add_arguments(parser), run(args).
+COMMANDS: dict[str, str] = {
+    "generate": "generator.values.generate",
+    "validate": "generator.validate.cli",
+    "render": "generator.render.cli",
+    "infra": "generator.infra.cli",
+    "rehearse": "generator.rehearse.cli",
+}
+SUBCOMMANDS = tuple(COMMANDS)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
@@ -60,44 +39,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
         epilog="Without a subcommand: generate (python -m generator --gpu h200).",
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    gen = sub.add_parser("generate", help="write a values file for one accelerator (the default)")
-    from .generate_options import add_generate_args
-
-    add_generate_args(gen)
-
-    val = sub.add_parser("validate", help="check values files: schema, then the semantic rules")
-    val.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    val.add_argument("--format", choices=("text", "json"), default="text")
-    val.add_argument("--strict", action="store_true", help="fail on warnings too")
-    val.add_argument(
-        "--no-chart-defaults",
-        action="store_true",
-        help="check the file alone, not merged over the chart's values.yaml as helm install does",
-    )
-    val.add_argument(
-        "--release", default="nemo-rl", help="Helm release name the file will be installed as (names are checked); default nemo-rl"
-    )
-
-    ren = sub.add_parser("render", help="render the chart with the pinned Helm and validate every object")
-    ren.add_argument("files", nargs="+", type=Path, metavar="VALUES")
-    ren.add_argument("--out", type=Path, required=True, help="folder for the rendered manifests")
-    from .render_cli import release_name
-
-    ren.add_argument("--release", default="nemo-rl", type=release_name, help="Helm release name; default nemo-rl")
-    ren.add_argument("--helm", default=None, help="helm binary to use instead of the pinned Helm 4")
-
-    from .infra_cli import add_infra_args
-
-    inf = sub.add_parser("infra", help="write the cluster bring-up (or teardown) shell script")
-    add_infra_args(inf)
-
-    from .rehearse_cli import add_rehearse_args
-
-    reh = sub.add_parser("rehearse", help="rehearse the run's Ray resource requests on a local Ray cluster")
-    add_rehearse_args(reh)
-
-    handlers = {"generate": _generate, "validate": _validate, "render": _render, "infra": _infra, "rehearse": _rehearse}
+    handlers = {}
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub.add_parser(name, help=module.HELP))
+        handlers[name] = module.run
     return parser, handlers
+
+
+def add_release_name(p: argparse.ArgumentParser, help_text: str, **kw: Any) -> None:
+    """The Helm release name (`helm install NAME`): --release-name; --release is its old spelling,
+    kept so existing command lines work (in `generate`, --release is the NeMo RL release)."""
+    p.add_argument("--release-name", "--release", dest="release", default="nemo-rl", metavar="NAME", help=help_text, **kw)
 
 
 def _quiet_stdout() -> None:
@@ -169,7 +122,9 @@ def _main(argv: Sequence[str] | None) -> int:
         argv = ["generate", *argv]
     elif not argv:
         parser.print_usage(sys.stderr)
-        print("python -m generator: error: give --gpu b200|h200 or a subcommand (see --help)", file=sys.stderr)
+        from generator.gke.profiles import PROFILES
+
+        print(f"python -m generator: error: give --gpu {'|'.join(PROFILES)} or a subcommand (see --help)", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     try:

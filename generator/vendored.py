@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from .schema import ROOT
-from .values_io import InputError
+from generator.values.files import InputError
+from generator.values.schema import ROOT
 
 VENDOR = ROOT / "vendor"
 SUMS = "SHA256SUMS"
@@ -153,7 +153,7 @@ def defaults_chain(path: Path) -> list[Path]:
 
 def load_release_recipe(tag: str, recipe: str) -> dict:
     """The release's own recipe merged over its `defaults:` chain, as NeMo RL loads it."""
-    from .nemo_config import load_recipe
+    from generator.nemo_rl.recipe_config import load_recipe
 
     path = recipe_path(tag, recipe)
     for p in defaults_chain(path):
@@ -226,7 +226,7 @@ def provenance_text(data: DataSet) -> str:
 
 def _needed_recipes() -> list[tuple[str, str]]:
     """(release, recipe) for every recipe the generator can choose for every release it offers."""
-    from .grpo import MODELS
+    from generator.nemo_rl.run_spec import MODELS
 
     return [(tag, m.recipe) for tag in NEMO_RL.versions for m in MODELS.values()]
 

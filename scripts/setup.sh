@@ -18,7 +18,7 @@ scripts/bootstrap.sh "$profile"
 
 py=.venv/bin/python
 echo "==> generate values files"
-for gpu in $("$py" -c 'from generator.profiles import ACCELERATORS; print(*ACCELERATORS)'); do
+for gpu in $("$py" -c 'from generator.gke.profiles import ACCELERATORS; print(*ACCELERATORS)'); do
   if [ -e "values-$gpu.yaml" ]; then
     # never over a file the user may have edited (README, step 2)
     echo "    values-$gpu.yaml exists: kept (delete it to write a fresh one)"

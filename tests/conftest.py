@@ -16,9 +16,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from generator import helm as helm_mod  # noqa: E402
-from generator.manifests import parse_documents  # noqa: E402
-from generator.values_builder import Options, build  # noqa: E402
+from generator.render import helm as helm_mod  # noqa: E402
+from generator.render.manifests import parse_documents  # noqa: E402
+from generator.values.build import Options, build  # noqa: E402
 
 CHART = ROOT / "charts" / "nemo-rl-gke"
 CI_DIR = CHART / "ci"
@@ -26,7 +26,7 @@ CI_DIR = CHART / "ci"
 
 def load_chart_program(name: str) -> Any:
     """Import one of the chart's programs (files/<name>.py) as a module."""
-    from generator.chart_programs import load
+    from generator.render.chart_programs import load
 
     return load(name)
 

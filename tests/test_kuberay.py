@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from generator.checks.resources import ray_cpus as validate_ray_cpus
-from generator.kuberay import RayCpus, RayResourceError, ray_cpus
-from generator.rehearse_topology import node_resources
+from generator.gke.kuberay import RayCpus, RayResourceError, ray_cpus
+from generator.rehearse.topology import node_resources
+from generator.validate.rules.resources import ray_cpus as validate_ray_cpus
 
 
 @pytest.mark.parametrize(

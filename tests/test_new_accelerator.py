@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from generator import cli, schema, sync
-from generator.findings import ERROR
-from generator.helm import Helm
+from generator import cli
+from generator.gke.profiles import PROFILES, AcceleratorProfile
 from generator.paths import CHART_DIR
-from generator.profiles import PROFILES, AcceleratorProfile
-from generator.schema_tables import synced_schema_text
-from generator.validate import validate_values
+from generator.render.helm import Helm
+from generator.validate.findings import ERROR
+from generator.validate.values import validate_values
+from generator.values import schema, sync
+from generator.values.schema_tables import synced_schema_text
 
 X100 = AcceleratorProfile(
     key="x100",

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from generator.checks import nemo_rl
-from generator.checks.context import Context
-from generator.findings import ERROR
-from generator.nemo_config import Override, grpo_override_args, winning
-from generator.placement import GENERATION_GPUS_PER_NODE, GENERATION_NODES, Issue, placement
-from generator.rehearse_nemo_rl import Failure, virtual_clusters
-from generator.values_builder import Options, build
+from generator.nemo_rl.placement import GENERATION_GPUS_PER_NODE, GENERATION_NODES, Issue, placement
+from generator.nemo_rl.recipe_config import Override, grpo_override_args, winning
+from generator.rehearse.job.nemo_rl import Failure, virtual_clusters
+from generator.validate.findings import ERROR
+from generator.validate.rules import nemo_rl
+from generator.validate.rules.context import Context
+from generator.values.build import Options, build
 
 KEYS = {"generation_nodes": "<nodes>", "generation_gpus_per_node": "<gpus>"}
 PLACEMENT_KEYS = {f"grpo.overrides[{GENERATION_NODES}]", f"grpo.overrides[{GENERATION_GPUS_PER_NODE}]"}

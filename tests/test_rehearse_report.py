@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from generator.rehearse_checkpoints import snapshot
-from generator.rehearse_drill import Drill
-from generator.rehearse_report import Outcome, Output, report_drill
+from generator.rehearse.checkpoints import snapshot
+from generator.rehearse.drill import Drill
+from generator.rehearse.report import Outcome, Output, report_drill
 
 
 def drill_in(ckpt: Path, **changes) -> Drill:

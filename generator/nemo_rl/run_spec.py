@@ -1,0 +1,301 @@
+"""The GRPO run spec: which NeMo RL recipe, and the overrides that shape it for the cluster.
+
+The values file carries the run in NeMo RL's own command-line vocabulary: `grpo.overrides` is a
+list of `key=value` (keys that exist in the recipe's merged config) and `+key=value` (new keys).
+A list, not a map: Helm merges maps with the chart's defaults, so a user's file could never drop
+a default key; lists are replaced whole. This module decides the list from a few choices (model,
+nodes, generation placement, release); the chart only quotes it into the command, and
+`validate` checks it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from generator.nemo_rl.placement import (
+    COLOCATED,
+    GENERATION_GPUS_PER_NODE,
+    GENERATION_NODES,
+    GPUS_PER_NODE,
+    NUM_NODES,
+    Placement,
+    dedicated,
+)
+from generator.nemo_rl.releases import CODE_DIR, NemoRlRelease
+
+RUNS_DIR = "nemo-rl"  # under the shared mount: <mount>/nemo-rl/<run>/{checkpoints,logs}
+GSM8K_DIR = "nemo-rl/datasets/gsm8k"
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Figures of a NeMo RL recipe the generator builds on (read from the release configs)."""
+
+    key: str
+    model: str
+    recipe: str  # relative to the NeMo RL code dir (/opt/nemo-rl)
+    gated: bool  # needs HF_TOKEN
+    train_tp: int
+    vllm_tp: int
+    train_global_batch_size: int
+    train_micro_batch_size: int
+    prompts_per_step: int
+    generations_per_prompt: int
+    max_steps: int
+    default_generation_fraction: float  # share of nodes for dedicated generation (0: colocated)
+
+
+MODELS: dict[str, ModelPreset] = {
+    # The tutorial's run: Gemma 3 27B, TP 8, 16 prompts x 64 generations, 300 steps.
+    "gemma3-27b": ModelPreset(
+        key="gemma3-27b",
+        model="google/gemma-3-27b-it",
+        recipe="examples/configs/recipes/llm/grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml",
+        gated=True,
+        train_tp=8,
+        vllm_tp=8,
+        train_global_batch_size=512,
+        train_micro_batch_size=1,
+        prompts_per_step=16,
+        generations_per_prompt=64,
+        max_steps=300,
+        default_generation_fraction=0.5,
+    ),
+    "llama3.2-1b": ModelPreset(
+        key="llama3.2-1b",
+        model="meta-llama/Llama-3.2-1B-Instruct",
+        recipe="examples/configs/recipes/llm/grpo-llama3.2-1b-instruct-1n8g-fsdp2tp1.v3.yaml",
+        gated=True,
+        train_tp=1,
+        vllm_tp=1,
+        train_global_batch_size=512,
+        train_micro_batch_size=4,
+        prompts_per_step=32,
+        generations_per_prompt=16,
+        max_steps=20,
+        default_generation_fraction=0.0,
+    ),
+    # Ungated: the quick start needs no Hugging Face token.
+    "qwen2.5-1.5b": ModelPreset(
+        key="qwen2.5-1.5b",
+        model="Qwen/Qwen2.5-1.5B",
+        recipe="examples/configs/grpo_math_1B.yaml",
+        gated=False,
+        train_tp=1,
+        vllm_tp=1,
+        train_global_batch_size=512,
+        train_micro_batch_size=4,
+        prompts_per_step=32,
+        generations_per_prompt=16,
+        max_steps=20,
+        default_generation_fraction=0.0,
+    ),
+}
+DEFAULT_MODEL = "gemma3-27b"
+
+# vLLM's share of GPU memory: most of it on dedicated generation GPUs (the tutorial's 0.9), the
+# recipes' 0.6 when generation shares the GPUs with training.
+VLLM_MEMORY_DEDICATED = 0.9
+VLLM_MEMORY_COLOCATED = 0.6
+
+# Model families whose Hugging Face repositories are gated (need an accepted licence + token).
+GATED_PREFIXES = ("google/gemma", "meta-llama/", "mistralai/")
+
+
+def is_gated(model: str) -> bool:
+    return model.startswith(GATED_PREFIXES)
+
+
+SAVE_BY = re.compile(r"^\d{2}:([01]\d|2[0-3]):[0-5]\d:[0-5]\d$")
+# Flex-start VMs run at most 7 days: save and stop well before the node is taken back.
+FLEX_START_SAVE_BY = "06:22:00:00"
+
+
+class SpecError(ValueError):
+    """A combination of choices that NeMo RL would reject at start-up."""
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    model: str = DEFAULT_MODEL
+    nodes: int = 2
+    gpus_per_node: int = 8
+    generation_nodes: int | None = None  # None: the model's default; 0: colocated
+    max_steps: int | None = None
+    prompts_per_step: int | None = None
+    generations_per_prompt: int | None = None
+    run_name: str | None = None
+    wandb: bool = False
+    mount_path: str = "/data"
+    save_by: str | None = None  # checkpointing.checkpoint_must_save_by, DD:HH:MM:SS after training starts
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def generation_nodes(choices: RunChoices, preset: ModelPreset) -> int:
+    if choices.generation_nodes is not None:
+        return choices.generation_nodes
+    if choices.nodes < 2 or preset.default_generation_fraction == 0:
+        return 0
+    return max(1, int(choices.nodes * preset.default_generation_fraction))
+
+
+def _batch(samples: int, dp: int, preset: ModelPreset) -> int:
+    """The largest global batch <= the recipe's (or one micro-batch per rank, if that is more)
+    that divides the samples per step and splits evenly into ranks of whole micro-batches."""
+    cap = max(preset.train_global_batch_size, dp * preset.train_micro_batch_size)
+    for gbs in range(min(samples, cap), 0, -1):
+        if samples % gbs == 0 and gbs % dp == 0 and (gbs // dp) % preset.train_micro_batch_size == 0:
+            return gbs
+    raise SpecError(
+        f"{samples} samples per step cannot be split into {dp} data-parallel ranks of "
+        f"micro-batch {preset.train_micro_batch_size}; change --prompts-per-step or the node split"
+    )
+
+
+def run_name(choices: RunChoices, preset: ModelPreset) -> str:
+    return choices.run_name or f"{preset.key}-gsm8k"
+
+
+def _preset(choices: RunChoices) -> ModelPreset:
+    try:
+        return MODELS[choices.model]
+    except KeyError:
+        raise SpecError(f"unknown model {choices.model!r}: choose one of {', '.join(MODELS)}") from None
+
+
+def _placement(choices: RunChoices, gen_nodes: int) -> Placement:
+    """The GPU split (placement.py), or why the generator's options give none."""
+    placed = dedicated(choices.nodes, choices.gpus_per_node, gen_nodes)
+    if placed.issues and gen_nodes < 0:
+        raise SpecError("--generation-nodes must be >= 0")
+    if placed.issues:
+        raise SpecError(f"--generation-nodes {gen_nodes} leaves no node for training out of {choices.nodes}")
+    return placed
+
+
+@dataclass(frozen=True)
+class _Batches:
+    prompts: int
+    generations: int
+    global_batch: int
+
+
+def _batches(choices: RunChoices, preset: ModelPreset, train_gpus: int) -> _Batches:
+    if choices.gpus_per_node % preset.train_tp or train_gpus % preset.train_tp:
+        raise SpecError(f"training tensor parallel {preset.train_tp} does not divide {train_gpus} training GPUs")
+    dp = train_gpus // preset.train_tp
+    prompts = choices.prompts_per_step or preset.prompts_per_step
+    generations = choices.generations_per_prompt or preset.generations_per_prompt
+    if choices.prompts_per_step is None and prompts * generations < dp * preset.train_micro_batch_size:
+        # Many data-parallel ranks: at least one micro-batch each per step.
+        prompts = -(-dp * preset.train_micro_batch_size // generations)
+    return _Batches(prompts, generations, _batch(prompts * generations, dp, preset))
+
+
+def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlRelease, gen_nodes: int) -> dict[str, Any]:
+    """The cluster, the model, its parallelism and the generation placement."""
+    gpn = choices.gpus_per_node
+    o: dict[str, Any] = {NUM_NODES: choices.nodes, GPUS_PER_NODE: gpn}
+    if rel.has_segment_size:
+        o["cluster.segment_size"] = None  # no NVLink-domain alignment on KubeRay
+    micro = preset.train_micro_batch_size
+    o |= {
+        "policy.model_name": preset.model,
+        "policy.tokenizer.name": preset.model,
+        "policy.train_micro_batch_size": micro,
+        # v0.6.0+ refuses TP >= 4 unless micro == logprob batch; equal is always safe.
+        "policy.logprob_batch_size": micro,
+        "policy.dtensor_cfg.tensor_parallel_size": preset.train_tp,
+        "policy.make_sequence_length_divisible_by": preset.train_tp,
+        "policy.generation.vllm_cfg.tensor_parallel_size": preset.vllm_tp,
+        "policy.generation.vllm_cfg.gpu_memory_utilization": VLLM_MEMORY_DEDICATED if gen_nodes else VLLM_MEMORY_COLOCATED,
+        COLOCATED: gen_nodes == 0,
+    }
+    if gen_nodes:
+        o[GENERATION_NODES] = gen_nodes
+        o[GENERATION_GPUS_PER_NODE] = gpn
+    return o
+
+
+def _steps_overrides(choices: RunChoices, preset: ModelPreset, batches: _Batches) -> dict[str, Any]:
+    o: dict[str, Any] = {
+        "grpo.max_num_steps": choices.max_steps or preset.max_steps,
+        "grpo.num_prompts_per_step": batches.prompts,
+        "grpo.num_generations_per_prompt": batches.generations,
+        "policy.train_global_batch_size": batches.global_batch,
+    }
+    if choices.save_by:
+        if not SAVE_BY.fullmatch(choices.save_by):
+            raise SpecError(f"--save-by {choices.save_by!r}: use DD:HH:MM:SS, e.g. 06:22:00:00")
+        # NeMo RL saves a checkpoint and stops cleanly this long after training starts.
+        o["checkpointing.checkpoint_must_save_by"] = choices.save_by
+    return o
+
+
+def _output_overrides(choices: RunChoices, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(overrides, additions) for checkpoints, logs and W&B."""
+    run_dir = f"{choices.mount_path.rstrip('/')}/{RUNS_DIR}/{name}"
+    o = {
+        "checkpointing.checkpoint_dir": f"{run_dir}/checkpoints",
+        "logger.log_dir": f"{run_dir}/logs",
+        "logger.tensorboard_enabled": True,
+        "logger.wandb_enabled": choices.wandb,
+        "logger.wandb.name": name,
+    }
+    # One W&B run across restarts and resubmissions.
+    additions = {"logger.wandb.id": name, "logger.wandb.resume": "allow"} if choices.wandb else {}
+    return o, additions
+
+
+def _data_overrides(choices: RunChoices, rel: NemoRlRelease) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(overrides, additions) naming GSM8K in the release's data layout."""
+    if rel.data_layout == "flat":
+        gsm8k = f"{choices.mount_path.rstrip('/')}/{GSM8K_DIR}"
+        return {"data.dataset_name": "ResponseDataset"}, {
+            "data.train_data_path": f"{gsm8k}/train.jsonl",
+            "data.val_data_path": f"{gsm8k}/test.jsonl",
+        }
+    return {"data.train.dataset_name": "gsm8k"}, {"data.validation.dataset_name": "gsm8k", "data.validation.split": "test"}
+
+
+def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
+    """The `grpo` section of the values file."""
+    preset = _preset(choices)
+    gen_nodes = generation_nodes(choices, preset)
+    batches = _batches(choices, preset, _placement(choices, gen_nodes).train_gpus)
+    name = run_name(choices, preset)
+    outputs, output_additions = _output_overrides(choices, name)
+    data, data_additions = _data_overrides(choices, rel)
+    o = _shape_overrides(choices, preset, rel, gen_nodes) | _steps_overrides(choices, preset, batches) | outputs | data
+    o |= choices.extra
+    additions = output_additions | data_additions
+    return {
+        "enabled": True,
+        "runName": name,
+        "codeDir": CODE_DIR,
+        "entrypoint": rel.entrypoint,
+        "recipe": preset.recipe,
+        "overrides": [format_override("", k, v) for k, v in sorted(o.items())]
+        + [format_override("+", k, v) for k, v in sorted(additions.items())],
+        "extraOverrides": [],
+    }
+
+
+def format_value(value: Any) -> str:
+    """A value as NeMo RL's override parser reads it back (true/false/null, numbers, strings)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def format_override(prefix: str, key: str, value: Any) -> str:
+    return f"{prefix}{key}={format_value(value)}"
+
+
+def gsm8k_jsonl_dir(rel: NemoRlRelease, mount_path: str) -> str:
+    """Where the preparation Job writes GSM8K as JSONL (v0.5.0 only; later releases have it built in)."""
+    return f"{mount_path.rstrip('/')}/{GSM8K_DIR}" if rel.data_layout == "flat" else ""

@@ -1,0 +1,1 @@
+"""rehearse/job."""

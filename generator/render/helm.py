@@ -1,0 +1,93 @@
+"""Run the pinned Helm binaries (or a user-chosen one) on the chart."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator.paths import CHART_DIR, ROOT
+from generator.render.helm_pins import HELM4, PINS, HelmPin
+
+DEFAULT_RELEASE = "nemo-rl"
+DEFAULT_NAMESPACE = "default"
+
+
+class HelmError(Exception):
+    """Helm exited non-zero; the message is Helm's own error text."""
+
+
+@dataclass(frozen=True)
+class Helm:
+    path: Path
+    version: str
+
+    @property
+    def major(self) -> int:
+        return int(self.version.lstrip("v").split(".")[0])
+
+    def run(self, args: Sequence[str]) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
+        # Keep Helm away from the user's kube context, caches and plugins.
+        state = ROOT / ".cache" / "helm"
+        env.update(HELM_CACHE_HOME=str(state / "cache"), HELM_CONFIG_HOME=str(state / "config"), HELM_DATA_HOME=str(state / "data"))
+        env["KUBECONFIG"] = "/dev/null"
+        proc = subprocess.run([str(self.path), *args], capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            raise HelmError((proc.stderr or proc.stdout).strip())
+        return proc.stdout
+
+    def template(
+        self,
+        values_files: Sequence[Path] = (),
+        *,
+        release: str = DEFAULT_RELEASE,
+        namespace: str = DEFAULT_NAMESPACE,
+        chart: Path | str = CHART_DIR,
+        set_values: Sequence[str] = (),
+        extra: Sequence[str] = (),
+    ) -> str:
+        args = ["template", release, str(chart), "--namespace", namespace]
+        for f in values_files:
+            args += ["-f", str(f)]
+        for s in set_values:
+            args += ["--set", s]
+        return self.run([*args, *extra])
+
+    def lint(self, values_files: Sequence[Path] = (), *, chart: Path | str = CHART_DIR, strict: bool = True) -> str:
+        args = ["lint", str(chart)]
+        if strict:
+            args.append("--strict")
+        for f in values_files:
+            args += ["-f", str(f)]
+        return self.run(args)
+
+
+class HelmMissing(Exception):
+    pass
+
+
+def pinned(pin: HelmPin) -> Helm:
+    if not pin.path.exists():
+        raise HelmMissing(
+            f"Helm {pin.version} is not installed at {pin.path}; run scripts/bootstrap.sh (or python -m generator.render.install_helm)"
+        )
+    return Helm(pin.path, pin.version)
+
+
+def all_pinned() -> list[Helm]:
+    return [pinned(p) for p in PINS]
+
+
+def default_helm(user_path: str | None = None) -> Helm:
+    """The pinned Helm 4, or the binary the user asked for with --helm."""
+    if user_path:
+        path = Path(user_path)
+        try:
+            out = subprocess.run([str(path), "version", "--short"], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise HelmMissing(f"--helm {user_path}: cannot run it ({e})") from None
+        return Helm(path, out.strip().split("+")[0] or "unknown")
+    return pinned(HELM4)

@@ -1,0 +1,155 @@
+"""Validate rendered manifests without a cluster.
+
+- built-in kinds: kubernetes-validate (strict) for every supported Kubernetes version;
+- RayCluster/RayJob: both KubeRay CRD sets (an older operator must accept what we render);
+- GKE networking kinds: the project's own schemas of the documented fields.
+A kind with no schema is itself a finding.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from generator.render.crd_schema import json_schema, load_crd
+from generator.values.schema import ROOT, dotted
+from generator.vendored import KUBERAY, crd_files
+
+# Kubernetes minor versions the chart supports: GKE's oldest for H200 RDMA (1.31) up to the
+# newest kubernetes-validate knows.
+KUBE_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+CRD_SETS: tuple[str, ...] = tuple(f"kuberay-{v}" for v in KUBERAY.versions)
+OWN_SCHEMAS = (ROOT / "schemas" / "gke-networking", ROOT / "schemas" / "external-secrets")
+
+
+@dataclass(frozen=True)
+class Finding:
+    obj: str  # Kind/name
+    checker: str  # e.g. k8s-1.31, kuberay-v1.3.2, gke-networking
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.obj} [{self.checker}] {self.path}: {self.message}"
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.load_all(text, Loader=_Loader) if d]
+
+
+def object_id(obj: dict[str, Any]) -> str:
+    return f"{obj.get('kind', '?')}/{obj.get('metadata', {}).get('name', '?')}"
+
+
+@cache
+def _crd_sources() -> dict[tuple[str, str, str], list[tuple[str, Path]]]:
+    """Which CRD file of each set declares each (group, version, kind)."""
+    out: dict[tuple[str, str, str], list[tuple[str, Path]]] = {}
+    for version in KUBERAY.versions:
+        crd_set = f"kuberay-{version}"
+        for path in crd_files(version):
+            for gvk in load_crd(path):
+                out.setdefault(gvk, []).append((crd_set, path))
+    return out
+
+
+@cache
+def _crd_validators(gvk: tuple[str, str, str]) -> list[tuple[str, Any]]:
+    from jsonschema import Draft202012Validator
+
+    return [(name, Draft202012Validator(json_schema(load_crd(path)[gvk]))) for name, path in _crd_sources().get(gvk, [])]
+
+
+@cache
+def _own_validators() -> dict[tuple[str, str, str], tuple[str, Any]]:
+    from jsonschema import Draft202012Validator
+
+    out = {}
+    for path in sorted(p for d in OWN_SCHEMAS for p in d.glob("*.json")):
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        Draft202012Validator.check_schema(schema)
+        gvks = schema["x-kubernetes-group-version-kind"]
+        for gvk in gvks if isinstance(gvks, list) else [gvks]:
+            out[(gvk["group"], gvk["version"], gvk["kind"])] = (path.parent.name, Draft202012Validator(schema))
+    return out
+
+
+K8S_SCHEMAS = "kubernetes-json-schema"
+
+
+@cache
+def _k8s_dir(version: str) -> Any:
+    """kubernetes-validate's strict schemas for one Kubernetes minor version."""
+    from importlib.resources import files
+
+    base = files("kubernetes_validate") / K8S_SCHEMAS
+    folder = base / f"v{version}.0-local-strict"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"kubernetes-validate has no schemas for Kubernetes {version}")
+    return folder
+
+
+@cache
+def _k8s_registry(version: str) -> Any:
+    from referencing import Registry, Resource
+
+    defs = json.loads((_k8s_dir(version) / "_definitions.json").read_text(encoding="utf-8"))
+    return Resource.from_contents(defs) @ Registry()
+
+
+@cache
+def _k8s_validator(version: str, kind: str, api_version: str) -> Any | None:
+    """A compiled validator, read once per (version, kind): kubernetes-validate itself re-reads
+    and re-parses the schema files on every call, which made validation 10x slower than Helm."""
+    from jsonschema import Draft202012Validator
+    from referencing import Resource
+
+    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    path = _k8s_dir(version) / f"{kind.lower()}-{api}.json"
+    if not path.is_file():
+        return None
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    registry = Resource.from_contents(schema) @ _k8s_registry(version)
+    return Draft202012Validator(schema, registry=registry)
+
+
+def _gvk(obj: dict[str, Any]) -> tuple[str, str, str]:
+    api = str(obj.get("apiVersion", ""))
+    group, _, version = api.rpartition("/")
+    return group, version, str(obj.get("kind", ""))
+
+
+def _schema_findings(obj: dict[str, Any], checker: str, validator: Any) -> Iterator[Finding]:
+    for e in validator.iter_errors(obj):
+        yield Finding(object_id(obj), checker, dotted(e.absolute_path), e.message.splitlines()[0][:300])
+
+
+def validate_object(obj: dict[str, Any], kube_versions: Iterable[str] = KUBE_VERSIONS) -> list[Finding]:
+    gvk = _gvk(obj)
+    if gvk in _crd_sources():
+        return [f for name, v in _crd_validators(gvk) for f in _schema_findings(obj, name, v)]
+    if gvk in _own_validators():
+        checker, validator = _own_validators()[gvk]
+        return list(_schema_findings(obj, checker, validator))
+    findings = []
+    for version in kube_versions:
+        validator = _k8s_validator(version, str(obj.get("kind", "")), str(obj.get("apiVersion", "")))
+        if validator is None:
+            return [Finding(object_id(obj), "schema", "(root)", f"no schema for {obj.get('apiVersion')} {obj.get('kind')}")]
+        findings.extend(_schema_findings(obj, f"k8s-{version}", validator))
+    return findings
+
+
+def validate_documents(objs: Iterable[dict[str, Any]], kube_versions: Iterable[str] = KUBE_VERSIONS) -> list[Finding]:
+    versions = tuple(kube_versions)
+    return [f for obj in objs for f in validate_object(obj, versions)]

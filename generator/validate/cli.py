@@ -1,0 +1,61 @@
+"""`python -m generator validate FILE...`: the schema, then the semantic rules.
+
+Exit 0 when valid, 1 when any file has an error (or a warning with --strict), 2 for usage
+errors (missing file, unreadable YAML). Never modifies a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from generator.validate.values import has_errors, validate_values
+from generator.values.files import InputError, load_values
+from generator.values.merge import as_helm_sees_it
+
+HELP = "check values files: schema, then the semantic rules"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from generator.cli import add_release_name
+
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--strict", action="store_true", help="fail on warnings too")
+    p.add_argument(
+        "--no-chart-defaults",
+        action="store_true",
+        help="check the file alone, not merged over the chart's values.yaml as helm install does",
+    )
+    add_release_name(p, "Helm release name the file will be installed as (names are checked); default nemo-rl")
+
+
+def run(args: argparse.Namespace) -> int:
+    reports = []
+    for path in args.files:
+        try:
+            doc = load_values(path)
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if not args.no_chart_defaults:
+            doc = as_helm_sees_it(doc)
+        findings = validate_values(doc, args.release)
+        reports.append((str(path), findings))
+    failed = any(has_errors(f, args.strict) for _, f in reports)
+    if args.format == "json":
+        out = {
+            "valid": not failed,
+            "files": [{"file": p, "valid": not has_errors(f, args.strict), "findings": [x.as_dict() for x in f]} for p, f in reports],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        for path, findings in reports:
+            for f in findings:
+                print(f.line(path))
+        errors = sum(1 for _, f in reports for x in f if x.level == "error")
+        warnings = sum(1 for _, f in reports for x in f if x.level == "warning")
+        verdict = "invalid" if failed else "valid"
+        print(f"{verdict}: {len(reports)} file(s), {errors} error(s), {warnings} warning(s)", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,16 @@
+"""Semantic rules on a schema-valid values document, one module per concern."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from generator.validate.findings import Finding
+from generator.validate.rules import accelerator, autopilot, names, nemo_rl, networks, operations, recipe, resources, secrets, storage
+from generator.validate.rules.context import Context
+
+RULES = (accelerator, autopilot, resources, networks, nemo_rl, recipe, storage, names, secrets, operations)
+
+
+def run_checks(values: dict[str, Any], release_name: str = "nemo-rl") -> list[Finding]:
+    ctx = Context(values, release_name)
+    return [f for rule in RULES for f in rule.check(ctx)]

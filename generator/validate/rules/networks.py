@@ -1,0 +1,84 @@
+"""RDMA wiring: NIC count, unique names, separate VPCs, nothing RDMA in tcp mode."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from generator.validate.findings import Finding, error, warning
+from generator.validate.rules.context import Context
+
+INTERFACES = "networking.gke.io/interfaces"
+
+
+def _groups_with_interface_annotations(ctx: Context) -> Iterator[tuple[int, str]]:
+    for i, g in enumerate(ctx.values["workerGroups"]):
+        if INTERFACES in (g.get("annotations") or {}):
+            yield i, g["annotations"][INTERFACES]
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    net = ctx.values["network"]
+    nccl_env = ctx.values.get("nccl", {}).get("extraEnv", {}) or {}
+    if not ctx.rdma:
+        for i, _ in _groups_with_interface_annotations(ctx):
+            yield error(
+                f"workerGroups[{i}].annotations",
+                f"{INTERFACES} is set but network.mode is tcp: pods would ask for NICs the cluster may not have",
+                "remove the annotation, or use network.mode: rdma",
+            )
+        if nccl_env.get("NCCL_NET") == "gIB":
+            yield error("nccl.extraEnv.NCCL_NET", "gIB needs the RDMA NICs, but network.mode is tcp", "remove it or use network.mode: rdma")
+        return
+
+    want = ctx.profile.rdma_nics
+    if len(net["rdma"]) != want:
+        yield error(
+            "network.rdma",
+            f"{len(net['rdma'])} RDMA networks listed; each {ctx.profile.machine_type} node has {want} RDMA NICs (eth2..eth{want + 1})",
+            f"list exactly {want}, one per RoCE subnet",
+        )
+    seen: dict[str, str] = {net["defaultNetwork"]: "network.defaultNetwork"}
+    for key, n in [("network.gvnic.name", net["gvnic"])] + [(f"network.rdma[{i}].name", n) for i, n in enumerate(net["rdma"])]:
+        if n["name"] in seen:
+            yield error(key, f"network name {n['name']!r} is already used by {seen[n['name']]}", "give every NIC its own Network")
+        seen.setdefault(n["name"], key)
+    subnets: dict[tuple[str, str], int] = {}
+    for i, n in enumerate(net["rdma"]):
+        if (n["vpc"], n["subnet"]) in subnets:
+            yield error(
+                f"network.rdma[{i}].subnet",
+                f"subnet {n['subnet']!r} is also used by network.rdma[{subnets[(n['vpc'], n['subnet'])]}]",
+                "each RDMA NIC needs its own subnet",
+            )
+        subnets.setdefault((n["vpc"], n["subnet"]), i)
+        if n["vpc"] == net["gvnic"]["vpc"]:
+            yield error(
+                f"network.rdma[{i}].vpc",
+                "the RDMA networks must be on the RoCE VPC, not the gVNIC VPC",
+                "use the VPC created with --network-profile=ZONE-vpc-roce",
+            )
+    if len({n["vpc"] for n in net["rdma"]}) > 1:
+        yield warning(
+            "network.rdma", "the RDMA subnets span several VPCs; GKE's RDMA setup puts all eight in one RoCE VPC", "check the VPC names"
+        )
+    for i, _ in _groups_with_interface_annotations(ctx):
+        yield warning(
+            f"workerGroups[{i}].annotations",
+            f"{INTERFACES} is ignored: the chart builds it from network.* so names always match the Network objects",
+            "remove it and edit network.gvnic / network.rdma instead",
+        )
+    if "NCCL_NET" in nccl_env and nccl_env["NCCL_NET"] != "gIB":
+        yield warning(
+            "nccl.extraEnv.NCCL_NET",
+            f"NCCL_NET={nccl_env['NCCL_NET']} bypasses the gIB plugin although RDMA NICs are attached",
+            "remove it unless debugging",
+        )
+
+
+def parse_interfaces(text: str) -> list[dict[str, str]]:
+    """The annotation's JSON list (used by tests and rules on user-given annotations)."""
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError("not a list")
+    return data

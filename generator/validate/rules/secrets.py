@@ -1,0 +1,77 @@
+"""Token references: one declared source, present when the run needs it, never a plain value."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from generator.nemo_rl.run_spec import is_gated
+from generator.validate.findings import Finding, error
+from generator.validate.rules.context import Context
+
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+KEYS = {"hfTokenKey": ("hfToken", "hfTokenRemoteKey"), "wandbApiKeyKey": ("wandbApiKey", "wandbApiKeyRemoteKey")}
+
+
+def _source(ctx: Context) -> Iterator[Finding]:
+    sec = ctx.values["secrets"]
+    source = sec["source"]
+    files = sec.get("fromFiles") or {}
+    for name in ("hfToken", "wandbApiKey"):
+        if files.get(name):
+            yield error(
+                f"secrets.fromFiles.{name}",
+                "a token written into a values file (it ends up in version control and in every copy of the file)",
+                f"remove it and pass --set-file secrets.fromFiles.{name}=FILE at helm install",
+            )
+    if source == "existing" and not sec.get("existingSecret"):
+        yield error("secrets.existingSecret", "secrets.source is existing but no Secret is named", "name the Secret holding the tokens")
+    if source != "existing" and sec.get("existingSecret"):
+        yield error(
+            "secrets.existingSecret", f"a Secret is named but secrets.source is {source}", "clear it or set secrets.source: existing"
+        )
+    if source == "external":
+        ext = sec.get("external") or {}
+        if not ext.get("storeName"):
+            yield error(
+                "secrets.external.storeName", "secrets.source is external but no SecretStore is named", "name the (Cluster)SecretStore"
+            )
+        for key, (_, remote) in KEYS.items():
+            if sec.get(key) and not ext.get(remote):
+                yield error(
+                    f"secrets.external.{remote}",
+                    f"secrets.{key} is set but the secret manager's key is not",
+                    "name the secret in the secret manager",
+                )
+    if source == "none" and (sec.get("hfTokenKey") or sec.get("wandbApiKeyKey")):
+        key = "secrets.hfTokenKey" if sec.get("hfTokenKey") else "secrets.wandbApiKeyKey"
+        yield error(key, "a token key is set but secrets.source is none", "choose a source (existing, files or external) or clear the key")
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    yield from _source(ctx)
+    sec = ctx.values["secrets"]
+    has_source = sec["source"] != "none"
+    if ctx.get("logger.wandb_enabled") is True and not (has_source and sec.get("wandbApiKeyKey")):
+        key = "secrets.source" if not has_source else "secrets.wandbApiKeyKey"
+        yield error(
+            key,
+            "W&B logging is on but no WANDB_API_KEY reference is set",
+            "give a token source and set secrets.wandbApiKeyKey: WANDB_API_KEY",
+        )
+    model = ctx.get("policy.model_name")
+    if isinstance(model, str) and is_gated(model) and not (has_source and sec.get("hfTokenKey")):
+        key = "secrets.source" if not has_source else "secrets.hfTokenKey"
+        yield error(
+            key, f"{model} is a gated model but no HF_TOKEN reference is set", "give a token source and set secrets.hfTokenKey: HF_TOKEN"
+        )
+    for i, e in enumerate(ctx.values.get("extraEnv", [])):
+        if SECRET_NAME.search(e["name"]):
+            yield error(
+                f"extraEnv[{i}].value",
+                f"{e['name']} looks like a secret but is a plain value (rendered into the pod spec)",
+                "put it in a Secret and reference it via secrets.*",
+            )
+    for k in ctx.values.get("nccl", {}).get("extraEnv") or {}:
+        if SECRET_NAME.search(k):
+            yield error(f"nccl.extraEnv.{k}", f"{k} looks like a secret but is a plain value", "use a Secret")

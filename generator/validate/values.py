@@ -1,0 +1,41 @@
+"""Validate one values document: the schema first, then (when the shape is right) the rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from generator.validate.findings import ERROR, Finding, error
+from generator.validate.rules import run_checks
+from generator.values.schema import iter_errors
+
+
+def helm_key(key: Any) -> str:
+    """A YAML mapping key as Helm sees it: its YAML-to-JSON step turns every key into a string."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    return str(key)
+
+
+def with_helm_keys(node: Any) -> Any:
+    """`node` with every mapping key a string, as Helm's schema check and templates see it."""
+    if isinstance(node, dict):
+        return {helm_key(k): with_helm_keys(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [with_helm_keys(v) for v in node]
+    return node
+
+
+def validate_values(doc: Any, release_name: str = "nemo-rl") -> list[Finding]:
+    doc = with_helm_keys(doc)
+    schema = [error(e.path, e.message, "see the chart's values table") for e in iter_errors(doc)]
+    if schema:
+        return schema
+    return run_checks(doc, release_name)
+
+
+def has_errors(findings: list[Finding], strict: bool = False) -> bool:
+    return any(f.level == ERROR or strict for f in findings)

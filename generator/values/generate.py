@@ -1,0 +1,57 @@
+"""`python -m generator --gpu ...`: build, check and write one values file."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from generator.validate.findings import ERROR
+from generator.validate.values import validate_values
+from generator.values.build import Options, build, total_nodes
+from generator.values.files import InputError, dump_values, write_atomic
+from generator.values.options import generate_argv, options_from_args
+
+
+def header(argv: list[str]) -> str:
+    return (
+        "Values for the nemo-rl-gke chart, written by:\n"
+        f"  python -m generator {shlex.join(argv)}\n"
+        "Edit by hand or regenerate; check with: python -m generator validate FILE\n"
+        "Install with: helm install RELEASE charts/nemo-rl-gke -f FILE"
+    )
+
+
+def render_text(opts: Options, argv: list[str]) -> str:
+    try:
+        values = build(opts)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    findings = validate_values(values)
+    problems = [f"{f.key}: {f.message}" for f in findings if f.level == ERROR]
+    if problems:
+        raise InputError("the options give invalid values: " + "; ".join(problems))
+    return dump_values(values, header(argv))
+
+
+HELP = "write a values file for one accelerator (the default)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from generator.values.options import add_generate_args
+
+    add_generate_args(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    return generate(args)
+
+
+def generate(args: argparse.Namespace) -> int:
+    opts = options_from_args(args)
+    out: Path = args.output or Path(f"values-{opts.gpu}.yaml")
+    text = render_text(opts, generate_argv(args))
+    outcome = write_atomic(out, text, force=args.force)
+    print(f"{out}: {outcome} ({opts.gpu}, {total_nodes(opts)} GPU node(s))", file=sys.stderr)
+    return 0

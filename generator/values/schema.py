@@ -1,0 +1,211 @@
+"""The values contract: load `schemas/values.schema.json` and check documents against it."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from generator.paths import ROOT
+
+SCHEMA_PATH = ROOT / "schemas" / "values.schema.json"
+
+
+@cache
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+@cache
+def go_regexp(pattern: str) -> re.Pattern[str]:
+    """`pattern` compiled to match as Go's regexp package (Helm's schema check) does.
+
+    The one difference that matters for the schema's anchored patterns: in Go, `$` (without the
+    m flag) matches only at the end of the text; in Python it also matches before a final newline,
+    so "myrun\n" would pass `^[a-z]+$` here and fail in Helm. Every unescaped `$` outside a
+    character class becomes `\\Z` (Python's end of text)."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            # a `]` right after `[` or `[^` is a literal member of the class
+            j = i + 1
+            if pattern[j : j + 1] == "^":
+                j += 1
+            if pattern[j : j + 1] == "]":
+                out.append(pattern[i : j + 1])
+                i = j + 1
+                continue
+        elif c == "$":
+            out.append(r"\Z")
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    return re.compile("".join(out))
+
+
+def _go_pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
+
+    if validator.is_type(instance, "string") and not go_regexp(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def validator_class() -> Any:
+    """Draft 2020-12, with `pattern` matching as Helm's Go regexps do."""
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(Draft202012Validator, {"pattern": _go_pattern})
+
+
+@cache
+def _validator() -> Any:
+    cls = validator_class()
+    schema = load_schema()
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+@dataclass(frozen=True)
+class SchemaError:
+    path: str  # dotted key path, e.g. workerGroups[0].replicas
+    message: str
+
+
+def dotted(parts: Any) -> str:
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+    return out or "(root)"
+
+
+def key_path(document: Any, parts: Any) -> str:
+    """Like `dotted`, but a number is shown as a list index only where the document has a list:
+    `{1: a}` is the key 1, not the entry [1]."""
+    out, node = "", document
+    for p in parts:
+        if isinstance(node, list) and isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+        try:
+            node = node[p]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return out or "(root)"
+
+
+# Keys whose values may be credentials: their values are never quoted in a finding (findings go
+# to terminals and CI logs).
+SECRET_KEY_NAME = re.compile(r"token|secret|passw(or)?d|credential|api[-_]?key|private[-_]?key|access[-_]?key", re.I)
+HIDDEN = "the value (not shown: it may be a credential)"
+
+
+def is_secret(document: Any, parts: Any) -> bool:
+    """Whether the value at `parts` may hold a credential: anything under `secrets`, any key whose
+    name suggests one, or the value of an environment entry so named ({name: HF_TOKEN, value: ...})."""
+    node = document
+    for p in parts:
+        if isinstance(p, str) and (p == "secrets" or SECRET_KEY_NAME.search(p)):
+            return True
+        if isinstance(node, dict) and p == "value" and SECRET_KEY_NAME.search(str(node.get("name", ""))):
+            return True
+        try:
+            node = node[p]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return False
+
+
+def _describe(error: Any, document: Any = None) -> tuple[str, str]:
+    """A short path and a one-line message for a jsonschema error."""
+    path = list(error.absolute_path)
+
+    def dotted(parts: Any) -> str:
+        return key_path(document, parts)
+
+    secret = is_secret(document, path)
+    value = HIDDEN if secret else repr(error.instance)
+    v = error.validator
+    if v == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
+        if extra:
+            allowed = ", ".join(sorted(error.schema.get("properties", {}))) or "none"
+            name = extra[0]
+            return dotted([*path, name]), f"unknown key {name!r} (allowed here: {allowed})"
+    if v == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        return dotted([*path, missing]), "required key is missing"
+    if v == "enum":
+        choices = ", ".join(map(str, error.validator_value))
+        return dotted(path), f"{value} is not one of: {choices}"
+    if v == "type":
+        got = type(error.instance).__name__
+        return dotted(path), f"expected {error.validator_value}, got {got}" + ("" if secret else f" {value}")
+    if v == "pattern":
+        what = error.schema.get("description") if isinstance(error.schema, dict) else None
+        text = f"{value} does not match the required format {error.validator_value}"
+        return dotted(path), f"{text} ({what.rstrip('.')})" if what and len(what) <= 120 else text
+    if v == "not":
+        return dotted(path), f"{value} is not allowed here"
+    if v in ("maxLength", "minLength") and isinstance(error.instance, str):
+        size = len(error.instance)
+        bound = "at most" if v == "maxLength" else "at least"
+        return dotted(path), f"{size} characters; {bound} {error.validator_value} allowed"
+    if secret:
+        return dotted(path), f"fails the schema's {v} rule (the value is not shown: it may be a credential)"
+    message = error.message.splitlines()[0]
+    if len(message) > 200:
+        message = message[:200] + "..."
+    return dotted(path), message
+
+
+def iter_errors(document: Any) -> Iterator[SchemaError]:
+    errors = sorted(_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    for e in errors:
+        path, message = _describe(e, document)
+        yield SchemaError(path, message)
+
+
+def description(path: tuple[str | int, ...]) -> str | None:
+    """The schema description of the key at `path` (list indices as ints), or None."""
+    node: dict[str, Any] | None = load_schema()
+    for part in path:
+        if node is None:
+            return None
+        node = resolve_ref(node)
+        node = node.get("items") if isinstance(part, int) else node.get("properties", {}).get(part)
+    if node is None:
+        return None
+    return node.get("description") or resolve_ref(node).get("description")
+
+
+def resolve_ref(node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        ref = node["$ref"]
+        if not ref.startswith("#/"):
+            raise ValueError(f"only local $ref supported, got {ref}")
+        target: Any = load_schema()
+        for part in ref[2:].split("/"):
+            target = target[part]
+        merged = dict(target)
+        merged.update({k: v for k, v in node.items() if k != "$ref"})
+        node = merged
+    return node

@@ -1,0 +1,57 @@
+"""The parts of the values schema that copy a Python table, generated from it by `scripts/sync.sh`
+(into schemas/values.schema.json and the chart's copy):
+- the accelerator section, from the profile table (profiles.PROFILES): the enums of
+  `accelerator.type`, `.machineType` and `.nodeLabel` and the descriptions that name each profile,
+  so adding a profile to the table is all it takes;
+- `gke.mode` (gke.MODES), `workerGroups[].provisioning` (gke.PROVISIONING) and the most
+  `workerGroups[].replicas` (worker_groups.MAX_NODES)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+from typing import Any
+
+from generator.gke.profiles import PROFILES
+from generator.gke.provisioning import MODES, PROVISIONING
+from generator.values.worker_groups import MAX_NODES
+
+
+def _either(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def accelerator_schema(section: dict[str, Any]) -> dict[str, Any]:
+    """`section` (the schema of `accelerator`) with what the profile table decides filled in."""
+    profiles = list(PROFILES.values())
+    props = section["properties"]
+    section["description"] = (
+        f"The GPU machine the workers run on. Written by `python -m generator --gpu {'|'.join(PROFILES)}` from its "
+        "accelerator profile; `validate` checks that every field belongs to `type`. Change it by regenerating, not by hand."
+    )
+    props["type"]["description"] = f"Accelerator profile: {_either([f'{p.key} ({p.machine_type})' for p in profiles])}."
+    props["type"]["enum"] = [p.key for p in profiles]
+    props["machineType"]["description"] = (
+        f"Compute Engine machine type of the GPU node pool ({', '.join(f'{p.machine_type} for {p.key.upper()}' for p in profiles)})."
+    )
+    props["machineType"]["enum"] = [p.machine_type for p in profiles]
+    props["nodeLabel"]["description"] = (
+        f"Value of the node label cloud.google.com/gke-accelerator that GPU workers select ({_either([p.node_label for p in profiles])})."
+    )
+    props["nodeLabel"]["enum"] = [p.node_label for p in profiles]
+    tuners = ", ".join(f"{PurePosixPath(p.nccl_tuner_config_path).name} for {p.key.upper()}" for p in profiles)
+    props["ncclTunerConfigPath"]["description"] = f"NCCL_TUNER_CONFIG_PATH for the gIB plugin on this machine ({tuners})."
+    props["gpusPerNode"]["maximum"] = max(p.gpus_per_node for p in profiles)
+    return section
+
+
+def synced_schema_text(text: str) -> str:
+    """The schema file's text with the parts that copy a Python table generated from it."""
+    schema = json.loads(text)
+    props = schema["properties"]
+    accelerator_schema(props["accelerator"])
+    props["gke"]["properties"]["mode"]["enum"] = list(MODES)
+    group = props["workerGroups"]["items"]["properties"]
+    group["provisioning"]["enum"] = list(PROVISIONING)
+    group["replicas"]["maximum"] = MAX_NODES
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,112 @@
+"""Regenerate (or, with --check, verify) every derived file from its one source.
+
+    python -m generator.values.sync [--check]
+
+- schemas/values.schema.json parts that copy a table <- the tables (generator/values/schema_tables.py)
+- charts/nemo-rl-gke/values.schema.json  <- schemas/values.schema.json
+- charts/nemo-rl-gke/values.yaml         <- python -m generator --gpu <default profile, h200> (the chart's defaults)
+- charts/nemo-rl-gke/ci/<gpu>-values.yaml <- python -m generator --gpu <every other profile>
+- charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu <every profile> --mode autopilot
+- charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
+- examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
+from generator.paths import CHART_DIR, ROOT
+from generator.values.docs import replace_table, values_table
+from generator.values.generate import render_text
+from generator.values.options import generate_argv, options_from_args
+from generator.values.schema import SCHEMA_PATH, load_schema
+from generator.values.schema_tables import synced_schema_text
+
+EXAMPLES_DIR = ROOT / "examples"
+
+
+def _generated(argv: list[str]) -> Callable[[], str]:
+    """The file `python -m generator <argv>` writes (the header names the exact command)."""
+
+    def make() -> str:
+        from generator.cli import build_parser
+
+        parser, _ = build_parser()
+        args = parser.parse_args(["generate", *argv])
+        return render_text(options_from_args(args), generate_argv(args))
+
+    return make
+
+
+def _readme() -> str:
+    readme = (CHART_DIR / "README.md").read_text(encoding="utf-8")
+    defaults = yaml.safe_load(_generated(["--gpu", DEFAULT_ACCELERATOR])())
+    return replace_table(readme, values_table(defaults))
+
+
+# Example runs (examples/*.yaml), each generated, for every accelerator profile.
+EXAMPLES: dict[str, list[str]] = {
+    "quickstart": ["--nodes", "1", "--model", "qwen2.5-1.5b"],
+    "tutorial": ["--wandb"],
+    "scale-out": ["--groups", "train=4:reservation:rl-reservation,generate=4:spot", "--kueue-queue", "gpu-queue", "--wandb"],
+}
+
+
+def _schema() -> str:
+    return synced_schema_text(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def targets() -> dict[Path, Callable[[], str]]:
+    """Every derived file and how to make it, for the profiles in the table now."""
+    others = [gpu for gpu in PROFILES if gpu != DEFAULT_ACCELERATOR]
+    return (
+        {
+            SCHEMA_PATH: _schema,  # its accelerator section comes from the profile table
+            CHART_DIR / "values.schema.json": _schema,
+            CHART_DIR / "values.yaml": _generated(["--gpu", DEFAULT_ACCELERATOR]),
+        }
+        | {CHART_DIR / "ci" / f"{gpu}-values.yaml": _generated(["--gpu", gpu]) for gpu in others}
+        | {CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"]) for gpu in PROFILES}
+        | {CHART_DIR / "README.md": _readme}
+        | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
+    )
+
+
+def drifted() -> list[Path]:
+    out = []
+    for path, make in targets().items():
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current != make():
+            out.append(path)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m generator.values.sync", description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 when a derived file differs from its source")
+    args = p.parse_args(argv)
+    root = ROOT
+    if args.check:
+        stale = drifted()
+        for path in stale:
+            print(f"{path.relative_to(root)}: out of date; run scripts/sync.sh", file=sys.stderr)
+        return 1 if stale else 0
+    for path, make in targets().items():
+        text = make()
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"{path.relative_to(root)}: updated")
+            if path == SCHEMA_PATH:
+                load_schema.cache_clear()  # the values files below are checked against the new schema
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""GPU worker groups: how many nodes a values file may ask for, the `--groups` entries, and the
+one sum of their replicas (the GPU worker nodes NeMo RL's cluster.num_nodes must match)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from generator.gke.provisioning import DEFAULT_PROVISIONING, PROVISIONING
+
+MAX_NODES = 64  # GPU worker nodes in one values file
+
+
+def worker_nodes(replicas: Iterable[int]) -> int:
+    """The GPU worker nodes of a set of worker groups, from each group's replicas."""
+    return sum(replicas)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    replicas: int
+    provisioning: str = DEFAULT_PROVISIONING
+    reservation: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> GroupSpec:
+        """NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a."""
+        name, sep, rest = text.partition("=")
+        parts = rest.split(":") if sep else []
+        if not name or not parts or len(parts) > 3 or not re.fullmatch(r"[0-9]{1,6}", parts[0]):
+            raise ValueError(f"--groups entry {text!r}: use NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a")
+        if not 1 <= int(parts[0]) <= MAX_NODES:
+            raise ValueError(f"--groups entry {text!r}: REPLICAS must be between 1 and {MAX_NODES}")
+        prov = parts[1] if len(parts) > 1 else DEFAULT_PROVISIONING
+        if prov not in PROVISIONING:
+            raise ValueError(f"--groups entry {text!r}: provisioning must be one of {', '.join(PROVISIONING)}")
+        return cls(name, int(parts[0]), prov, parts[2] if len(parts) > 2 else "")
+
+    def __str__(self) -> str:
+        return ":".join([f"{self.name}={self.replicas}", self.provisioning, *([self.reservation] if self.reservation else [])])

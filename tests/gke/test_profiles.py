@@ -1,0 +1,80 @@
+"""The accelerator table and the node-allocatable arithmetic."""
+
+import pytest
+
+from generator.gke.profiles import PROFILES, profile, profile_for_machine_type
+from generator.gke.sizing import allocatable, gib, parse_quantity, usable, worker_sizing
+
+
+def test_profiles_hold_the_documented_machine_facts():
+    b, h = profile("b200"), profile("h200")
+    assert (b.machine_type, b.node_label, b.min_gke_version) == ("a4-highgpu-8g", "nvidia-b200", "1.32.4-gke.1236000")
+    assert (h.machine_type, h.node_label, h.min_gke_version) == ("a3-ultragpu-8g", "nvidia-h200-141gb", "1.31.7-gke.1265000")
+    assert b.nccl_tuner_config_path.endswith("tuner_config_a4.txtpb")
+    assert h.nccl_tuner_config_path.endswith("tuner_config_a3u.txtpb")
+    assert all(p.gpus_per_node == 8 and p.rdma_nics == 8 for p in PROFILES.values())
+
+
+def test_unknown_accelerator_is_a_clear_error():
+    with pytest.raises(ValueError, match="choose one of b200, h200"):
+        profile("a100")
+
+
+def test_machine_type_lookup():
+    assert profile_for_machine_type("a4-highgpu-8g").key == "b200"
+    assert profile_for_machine_type("n2-standard-8") is None
+
+
+@pytest.mark.parametrize(("gpu", "cpu", "mem"), [("h200", 223.4, 2886), ("b200", 223.4, 3882)])
+def test_allocatable_matches_gke_reservation_formula(gpu, cpu, mem):
+    a = allocatable(profile(gpu))
+    assert a.cpu == pytest.approx(cpu, abs=0.05)
+    assert a.memory_gib == pytest.approx(mem, abs=1)
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+def test_worker_sizing_fits_the_node_with_shm(gpu):
+    p = profile(gpu)
+    s = worker_sizing(p)
+    u = usable(p)
+    assert s.cpu <= u.cpu
+    assert s.memory_request_gib + s.shm_gib <= u.memory_gib
+    assert s.memory_limit_gib == s.memory_request_gib + s.shm_gib
+    # Well below the host figures the public charts mistook for capacity.
+    assert s.memory_request_gib < p.host_memory_gib - 300
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("2400Gi", 2400 * 2**30), ("500m", 0.5), ("8", 8), (8, 8), ("1.5Gi", 1.5 * 2**30), ("1e3", 1000), ("2k", 2000)],
+)
+def test_parse_quantity(text, value):
+    assert float(parse_quantity(text)) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("bad", ["", "Gi", "12 Gi", "1.2.3", "-5", "1e3Gi", True, "5x"])
+def test_parse_quantity_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_quantity(bad)
+
+
+def test_gib():
+    assert gib("240Gi") == 240
+    assert gib("1024Mi") == 1
+
+
+@pytest.mark.parametrize("gpu", ["b200", "h200"])
+def test_each_ray_object_store_fits_its_pods_dev_shm(gpu, monkeypatch):
+    # Ray's own sizing (30% of the pod's memory, capped near /dev/shm but never under 10 GB); an
+    # object store larger than /dev/shm goes to /tmp, the container's disk. /dev/shm here is the
+    # pod's, the one thing this machine cannot have.
+    from ray._private import utils as ray_utils
+
+    from generator.values.build import Options, build
+
+    values = build(Options(gpu=gpu))
+    for role in ("head", "worker"):
+        shm = int(parse_quantity(values[role]["shmSize"]))
+        memory = int(parse_quantity(values[role]["resources"]["limits"]["memory"]))
+        monkeypatch.setattr(ray_utils, "get_shared_memory_bytes", lambda shm=shm: shm)
+        assert ray_utils.resolve_object_store_memory(memory) <= shm, role

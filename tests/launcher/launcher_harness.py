@@ -1,0 +1,54 @@
+"""Shared pieces of the launcher tests: stand-in entrypoints and a way to run the launcher as the
+chart runs it (a subprocess with a spec file). The Ray head fixtures are in conftest.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+LAUNCHER = Path(__file__).resolve().parents[2] / "charts" / "nemo-rl-gke" / "files" / "launcher.py"
+
+
+def stand_in(tmp_path: Path, name: str, body: str) -> str:
+    """A stand-in for NeMo RL: a script the run's entrypoint executes."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return f"python {path}"
+
+
+def _launcher_args(head, tmp_path: Path, check: bool, spec: dict) -> list[str]:
+    base = {"address": head.address, "poll_interval_s": 0.3, "metadata": {"nemo-rl-gke.release": spec.get("submission_id", "x")}}
+    path = tmp_path / f"spec-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(base | spec))
+    return [sys.executable, str(LAUNCHER), *(["--check"] if check else []), str(path)]
+
+
+def run_launcher(head, tmp_path: Path, *, check: bool = False, timeout: float = 180, **spec) -> subprocess.CompletedProcess[str]:
+    args = _launcher_args(head, tmp_path, check, spec)
+    return subprocess.run(args, cwd=head.workdir, env=head.env(), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def start_launcher(head, tmp_path: Path, **spec) -> subprocess.Popen[str]:
+    """The launcher running in the background; its stdout (with stderr) is read line by line."""
+    args = _launcher_args(head, tmp_path, False, spec)
+    return subprocess.Popen(args, cwd=head.workdir, env=head.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def jobs_with_prefix(client, prefix: str) -> dict[str, str]:
+    return {j.submission_id: str(j.status) for j in client.list_jobs() if (j.submission_id or "").startswith(prefix)}
+
+
+def new_id() -> str:
+    return f"run-{uuid.uuid4().hex[:10]}"
+
+
+SUCCEEDS = """
+import time
+for i in range(3):
+    print(f"grpo step {i} reward 0.5", flush=True)
+    time.sleep(0.2)
+"""

@@ -1,0 +1,607 @@
+"""Write tests/data/invalid/*.yaml: generated values files with exactly one rule broken.
+
+    .venv/bin/python tests/data/make_corpus.py
+
+Each file starts with `# rule:` (what is broken), `# expect:` (the key path the error must
+name) and `# schema:` (true when the schema alone rejects it, so `helm template` must too).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from generator.values.build import Options, build  # noqa: E402
+from generator.values.files import dump_values  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "invalid"
+
+
+def set_override(v: dict[str, Any], key: str, value: str, prefix: str = "") -> None:
+    ov = v["grpo"]["overrides"]
+    for i, arg in enumerate(ov):
+        if arg.lstrip("+").split("=", 1)[0] == key:
+            ov[i] = f"{prefix}{key}={value}"
+            return
+    ov.append(f"{prefix}{key}={value}")
+
+
+def drop_override(v: dict[str, Any], key: str) -> None:
+    v["grpo"]["overrides"] = [a for a in v["grpo"]["overrides"] if a.lstrip("+").split("=", 1)[0] != key]
+
+
+def group(name: str, replicas: int = 1, provisioning: str = "spot", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "replicas": replicas, "provisioning": provisioning, **extra}
+
+
+Mutation = Callable[[dict[str, Any]], None]
+# name: (rule, expected key, schema-level, generator options, mutation)
+CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
+    # accelerator consistency
+    "acc-machine-type": (
+        "machine type of the other accelerator",
+        "accelerator.machineType",
+        False,
+        {},
+        lambda v: v["accelerator"].update(machineType="a4-highgpu-8g"),
+    ),
+    "acc-node-label": (
+        "node label of the other accelerator",
+        "accelerator.nodeLabel",
+        False,
+        {"gpu": "b200"},
+        lambda v: v["accelerator"].update(nodeLabel="nvidia-h200-141gb"),
+    ),
+    "acc-tuner": (
+        "A4 tuner file on an H200 node",
+        "accelerator.ncclTunerConfigPath",
+        False,
+        {},
+        lambda v: v["accelerator"].update(ncclTunerConfigPath="/usr/local/gib/configs/tuner_config_a4.txtpb"),
+    ),
+    "acc-gke-version": (
+        "minimum GKE version of the other accelerator",
+        "accelerator.minGkeVersion",
+        False,
+        {"gpu": "b200"},
+        lambda v: v["accelerator"].update(minGkeVersion="1.31.7-gke.1265000"),
+    ),
+    "acc-gpus": (
+        "4 GPUs per worker on an 8-GPU machine",
+        "accelerator.gpusPerNode",
+        False,
+        {},
+        lambda v: v["accelerator"].update(gpusPerNode=4),
+    ),
+    "acc-type-enum": ("unknown accelerator", "accelerator.type", True, {}, lambda v: v["accelerator"].update(type="a100")),
+    # resources
+    "res-worker-cpu": (
+        "220 CPUs on a node with ~223 allocatable minus DaemonSets",
+        "worker.resources.requests.cpu",
+        False,
+        {},
+        lambda v: v["worker"]["resources"]["requests"].update(cpu="220"),
+    ),
+    "res-worker-memory": (
+        "memory + shm above allocatable",
+        "worker.resources.requests.memory",
+        False,
+        {},
+        lambda v: v["worker"]["resources"]["requests"].update(memory="2800Gi"),
+    ),
+    "res-worker-limit-shm": (
+        "memory limit without room for /dev/shm",
+        "worker.resources.limits.memory",
+        False,
+        {},
+        lambda v: v["worker"]["resources"]["limits"].update(memory="2500Gi"),
+    ),
+    "res-worker-limit-cpu": (
+        "CPU limit below the request",
+        "worker.resources.limits.cpu",
+        False,
+        {},
+        lambda v: v["worker"]["resources"]["limits"].update(cpu="100"),
+    ),
+    "res-head-limit-shm": (
+        "head memory limit without room for /dev/shm",
+        "head.resources.limits.memory",
+        False,
+        {},
+        lambda v: v["head"]["resources"]["limits"].update(memory="24Gi"),
+    ),
+    "res-head-zero-ray-cpu-v05": (
+        "head with 0 Ray CPUs on v0.5.0",
+        "head.rayStartParams.num-cpus",
+        False,
+        {"release": "v0.5.0"},
+        lambda v: v["head"]["rayStartParams"].update({"num-cpus": "0"}),
+    ),
+    "res-head-half-cpu-v06": (
+        "head with 0.5 Ray CPUs on v0.6.0",
+        "head.resources.limits.cpu",
+        False,
+        {"release": "v0.6.0"},
+        lambda v: (v["head"]["resources"]["requests"].update(cpu="500m"), v["head"]["resources"]["limits"].update(cpu="500m")),
+    ),
+    "res-colocated-cpus": (
+        "8 worker CPUs for colocated generation (needs 2 per GPU)",
+        "worker.resources.limits.cpu",
+        False,
+        {"model": "qwen2.5-1.5b", "nodes": 1},
+        lambda v: (v["worker"]["resources"]["requests"].update(cpu="8"), v["worker"]["resources"]["limits"].update(cpu="8")),
+    ),
+    "res-no-memory-request": (
+        "worker memory request removed (null deletes the chart default)",
+        "worker.resources.requests.memory",
+        False,
+        {},
+        lambda v: v["worker"]["resources"]["requests"].update(memory=None),
+    ),
+    # networks
+    "net-rdma-count": ("7 RDMA networks on an 8-NIC machine", "network.rdma", False, {}, lambda v: v["network"]["rdma"].pop()),
+    "net-duplicate-rdma-name": (
+        "two RDMA NICs on one Network",
+        "network.rdma[1].name",
+        False,
+        {},
+        lambda v: v["network"]["rdma"][1].update(name="rdma-0"),
+    ),
+    "net-gvnic-name-reused": (
+        "an RDMA NIC named like the gVNIC network",
+        "network.rdma[0].name",
+        False,
+        {},
+        lambda v: v["network"]["rdma"][0].update(name="gvnic-1"),
+    ),
+    "net-gvnic-is-default": (
+        "gVNIC network named like the default network",
+        "network.gvnic.name",
+        False,
+        {},
+        lambda v: v["network"]["gvnic"].update(name="default"),
+    ),
+    "net-vpc-starts-with-digit": (
+        "a VPC name Compute Engine refuses (it must start with a letter)",
+        "network.rdma[2].vpc",
+        True,
+        {},
+        lambda v: v["network"]["rdma"][2].update(vpc="1234"),
+    ),
+    "net-duplicate-subnet": (
+        "two RDMA NICs on one subnet",
+        "network.rdma[3].subnet",
+        False,
+        {},
+        lambda v: v["network"]["rdma"][3].update(subnet=v["network"]["rdma"][2]["subnet"]),
+    ),
+    "net-rdma-on-gvnic-vpc": (
+        "an RDMA subnet on the gVNIC VPC",
+        "network.rdma[0].vpc",
+        False,
+        {},
+        lambda v: v["network"]["rdma"][0].update(vpc=v["network"]["gvnic"]["vpc"]),
+    ),
+    "net-tcp-with-interfaces": (
+        "interface annotation in tcp mode",
+        "workerGroups[0].annotations",
+        False,
+        {},
+        lambda v: (v["network"].update(mode="tcp"), v["workerGroups"][0].update(annotations={"networking.gke.io/interfaces": "[]"})),
+    ),
+    "net-tcp-with-gib": (
+        "NCCL_NET=gIB in tcp mode",
+        "nccl.extraEnv.NCCL_NET",
+        False,
+        {},
+        lambda v: (v["network"].update(mode="tcp"), v["nccl"]["extraEnv"].update(NCCL_NET="gIB")),
+    ),
+    "net-mode-enum": ("unknown network mode", "network.mode", True, {}, lambda v: v["network"].update(mode="infiniband")),
+    # NeMo RL start-up rules
+    "nemo-num-nodes": (
+        "cluster.num_nodes above the worker replicas",
+        "grpo.overrides[cluster.num_nodes]",
+        False,
+        {},
+        lambda v: set_override(v, "cluster.num_nodes", "3"),
+    ),
+    "nemo-replicas-above-run": (
+        "worker replicas above cluster.num_nodes (idle GPUs)",
+        "grpo.overrides[cluster.num_nodes]",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(replicas=3),
+    ),
+    "nemo-gpus-per-node": (
+        "cluster.gpus_per_node 4 on 8-GPU workers",
+        "grpo.overrides[cluster.gpus_per_node]",
+        False,
+        {},
+        lambda v: set_override(v, "cluster.gpus_per_node", "4"),
+    ),
+    "nemo-generation-all-nodes": (
+        "generation nodes equal to all nodes",
+        "grpo.overrides[policy.generation.colocated.resources.num_nodes]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.generation.colocated.resources.num_nodes", "2"),
+    ),
+    "nemo-generation-gpus-multi-node": (
+        "generation GPUs per node below the node's on several nodes",
+        "grpo.overrides[policy.generation.colocated.resources.gpus_per_node]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.generation.colocated.resources.gpus_per_node", "4"),
+    ),
+    "nemo-generation-single-node": (
+        "all 8 GPUs of a single node for generation",
+        "grpo.overrides[policy.generation.colocated.resources.gpus_per_node]",
+        False,
+        {"model": "qwen2.5-1.5b", "nodes": 1},
+        lambda v: (
+            set_override(v, "policy.generation.colocated.enabled", "false"),
+            set_override(v, "policy.generation.colocated.resources.gpus_per_node", "8"),
+        ),
+    ),
+    "nemo-train-tp": (
+        "training TP 3 does not divide 8 GPUs",
+        "grpo.overrides[policy.dtensor_cfg.tensor_parallel_size]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.dtensor_cfg.tensor_parallel_size", "3"),
+    ),
+    "nemo-vllm-tp": (
+        "vLLM TP 16 above the GPUs of a node",
+        "grpo.overrides[policy.generation.vllm_cfg.tensor_parallel_size]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.generation.vllm_cfg.tensor_parallel_size", "16"),
+    ),
+    "nemo-global-batch": (
+        "global batch 500 does not divide 1024 samples",
+        "grpo.overrides[policy.train_global_batch_size]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.train_global_batch_size", "500"),
+    ),
+    "nemo-global-batch-dp": (
+        "global batch not divisible by the data-parallel size",
+        "grpo.overrides[policy.train_global_batch_size]",
+        False,
+        {"model": "qwen2.5-1.5b", "nodes": 1},
+        lambda v: set_override(v, "policy.train_global_batch_size", "4"),
+    ),
+    "nemo-micro-batch": (
+        "per-rank batch not divisible by the micro-batch",
+        "grpo.overrides[policy.train_micro_batch_size]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.train_micro_batch_size", "3"),
+    ),
+    "nemo-tp-logprob-v07": (
+        "TP 8 with logprob batch != micro batch on v0.7.0",
+        "grpo.overrides[policy.logprob_batch_size]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.logprob_batch_size", "2"),
+    ),
+    "nemo-seq-divisible": (
+        "sequence divisibility 4 with TP 8",
+        "grpo.overrides[policy.make_sequence_length_divisible_by]",
+        False,
+        {},
+        lambda v: set_override(v, "policy.make_sequence_length_divisible_by", "4"),
+    ),
+    "nemo-ray-version": ("Ray 2.49.2 with the v0.7.0 image", "rayVersion", False, {}, lambda v: v.update(rayVersion="2.49.2")),
+    "nemo-entrypoint": (
+        "v0.5.0's script on v0.7.0",
+        "grpo.entrypoint",
+        False,
+        {},
+        lambda v: v["grpo"].update(entrypoint="examples/run_grpo_math.py"),
+    ),
+    "nemo-nested-data-on-v05": (
+        "nested data key on v0.5.0",
+        "grpo.overrides[data.train.dataset_name]",
+        False,
+        {"release": "v0.5.0"},
+        lambda v: set_override(v, "data.train.dataset_name", "gsm8k"),
+    ),
+    "nemo-flat-data-on-v07": (
+        "flat data key on v0.7.0",
+        "grpo.overrides[data.dataset_name]",
+        False,
+        {},
+        lambda v: set_override(v, "data.dataset_name", "ResponseDataset"),
+    ),
+    "nemo-reward-zero": (
+        "the sample's output_key=answer (reward always 0)",
+        "grpo.overrides[data.output_key]",
+        False,
+        {"release": "v0.5.0"},
+        lambda v: set_override(v, "data.output_key", "answer", "+"),
+    ),
+    "nemo-jsonl-path": (
+        "v0.5.0 training data not written by the preparation Job",
+        "grpo.overrides[data.train_data_path]",
+        False,
+        {"release": "v0.5.0"},
+        lambda v: set_override(v, "data.train_data_path", "/data/other/train.jsonl", "+"),
+    ),
+    "nemo-missing-num-nodes": (
+        "cluster.num_nodes left to the recipe",
+        "grpo.overrides[cluster.num_nodes]",
+        False,
+        {},
+        lambda v: drop_override(v, "cluster.num_nodes"),
+    ),
+    "nemo-duplicate-override": (
+        "a key set twice",
+        "grpo.overrides[grpo.max_num_steps]",
+        False,
+        {},
+        lambda v: v["grpo"]["overrides"].append("grpo.max_num_steps=10"),
+    ),
+    "nemo-override-syntax": (
+        "an override with a space (breaks the command)",
+        "grpo.overrides[3]",
+        True,
+        {},
+        lambda v: v["grpo"]["overrides"].__setitem__(3, "grpo.max_num_steps= 300"),
+    ),
+    # storage
+    "sto-hf-home-local": (
+        "HF_HOME outside the shared volume",
+        "storage.hfHome",
+        False,
+        {},
+        lambda v: v["storage"].update(hfHome="/root/.cache/huggingface"),
+    ),
+    "sto-hf-home-is-mount": ("HF_HOME is the mount itself", "storage.hfHome", False, {}, lambda v: v["storage"].update(hfHome="/data")),
+    "sto-checkpoints-local": (
+        "checkpoints inside the pod",
+        "grpo.overrides[checkpointing.checkpoint_dir]",
+        False,
+        {},
+        lambda v: set_override(v, "checkpointing.checkpoint_dir", "/opt/nemo-rl/results/run"),
+    ),
+    "sto-logs-relative": (
+        "relative log folder",
+        "grpo.overrides[logger.log_dir]",
+        False,
+        {},
+        lambda v: set_override(v, "logger.log_dir", "logs"),
+    ),
+    "sto-lustre-capacity": (
+        "Lustre below 9000 GiB",
+        "storage.lustre.capacity",
+        False,
+        {},
+        lambda v: v["storage"]["lustre"].update(capacity="4800Gi"),
+    ),
+    "sto-jsonl-dir": (
+        "GSM8K JSONL outside the shared volume",
+        "prepare.gsm8kJsonlDir",
+        False,
+        {"release": "v0.5.0"},
+        lambda v: v["prepare"].update(gsm8kJsonlDir="/tmp/gsm8k"),
+    ),
+    "sto-mount-relative": ("relative mount path", "storage.mountPath", True, {}, lambda v: v["storage"].update(mountPath="data")),
+    # names
+    "name-too-long": ("RayCluster name over 53 characters", "fullnameOverride", True, {}, lambda v: v.update(fullnameOverride="x" * 54)),
+    "name-not-dns1035": (
+        "RayCluster name starting with a digit",
+        "fullnameOverride",
+        True,
+        {},
+        lambda v: v.update(fullnameOverride="7th-run"),
+    ),
+    "name-duplicate-group": (
+        "two worker groups with one name",
+        "workerGroups[1].name",
+        False,
+        {},
+        lambda v: v.update(workerGroups=[group("gpu"), group("gpu")]),
+    ),
+    "name-reservation-missing": (
+        "reservation provisioning without a reservation",
+        "workerGroups[0].reservationName",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(provisioning="reservation", reservationName=""),
+    ),
+    "name-reservation-on-spot": (
+        "a reservation named on a Spot group",
+        "workerGroups[0].reservationName",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(reservationName="res-1"),
+    ),
+    "kueue-no-queue": (
+        "Kueue on without a LocalQueue",
+        "kueue.queueName",
+        False,
+        {},
+        lambda v: v["kueue"].update(enabled=True, queueName=""),
+    ),
+    "kueue-too-many-groups": (
+        "8 worker groups with Kueue",
+        "workerGroups",
+        False,
+        {"nodes": 8, "generation_nodes": 4},
+        lambda v: (v["kueue"].update(enabled=True, queueName="q"), v.update(workerGroups=[group(f"g{i}") for i in range(8)])),
+    ),
+    "kueue-queue-without-enabled": ("a queue named but Kueue off", "kueue.enabled", False, {}, lambda v: v["kueue"].update(queueName="q")),
+    # secrets
+    "sec-wandb-no-key": (
+        "W&B on without a WANDB_API_KEY reference",
+        "secrets.wandbApiKeyKey",
+        False,
+        {"wandb": True},
+        lambda v: v["secrets"].update(wandbApiKeyKey=""),
+    ),
+    "sec-gated-no-secret": (
+        "gated Gemma without an HF token reference",
+        "secrets.source",
+        False,
+        {},
+        lambda v: v["secrets"].update(source="none", existingSecret="", hfTokenKey=""),
+    ),
+    "sec-plain-token": (
+        "HF_TOKEN as a plain env value",
+        "extraEnv[0].value",
+        False,
+        {},
+        lambda v: v["extraEnv"].append({"name": "HF_TOKEN", "value": "hf_example"}),
+    ),
+    "sec-nccl-secret": (
+        "a secret-looking NCCL variable",
+        "nccl.extraEnv.NCCL_API_TOKEN",
+        False,
+        {},
+        lambda v: v["nccl"]["extraEnv"].update({"NCCL_API_TOKEN": "x"}),
+    ),
+    "sec-token-in-file": (
+        "a token written into the values file",
+        "secrets.fromFiles.hfToken",
+        False,
+        {},
+        lambda v: v["secrets"].update(source="files", existingSecret="", fromFiles={"hfToken": "hf_example", "wandbApiKey": ""}),
+    ),
+    "sec-two-sources": (
+        "an existing Secret named while the chart should create one",
+        "secrets.existingSecret",
+        False,
+        {},
+        lambda v: v["secrets"].update(source="files"),
+    ),
+    "sec-external-no-store": (
+        "ExternalSecret without a store",
+        "secrets.external.storeName",
+        False,
+        {},
+        lambda v: (
+            v["secrets"].update(source="external", existingSecret=""),
+            v["secrets"]["external"].update(hfTokenRemoteKey="hf-token"),
+        ),
+    ),
+    "sec-source-enum": ("unknown token source", "secrets.source", True, {}, lambda v: v["secrets"].update(source="vault")),
+    # schema-level shapes
+    "schema-sample-typo": (
+        "the sample's --set values.additionalWorkerGroups prefix",
+        "values",
+        True,
+        {},
+        lambda v: v.update(values={"additionalWorkerGroups": {"worker-grp-0": {"replicas": 2}}}),
+    ),
+    "schema-latest-tag": ("image tag latest", "image.tag", True, {}, lambda v: v["image"].update(tag="latest")),
+    "schema-replicas-zero": ("0 replicas", "workerGroups[0].replicas", True, {}, lambda v: v["workerGroups"][0].update(replicas=0)),
+    "schema-provisioning": (
+        "unknown provisioning",
+        "workerGroups[0].provisioning",
+        True,
+        {},
+        lambda v: v["workerGroups"][0].update(provisioning="preemptible"),
+    ),
+    "schema-unknown-worker-key": (
+        "a typo inside a worker group",
+        "workerGroups[0].replica",
+        True,
+        {},
+        lambda v: v["workerGroups"][0].update(replica=3),
+    ),
+    "schema-worker-ray-cpus-inf": (
+        "worker num-cpus inf (ray start takes whole numbers only)",
+        "worker.rayStartParams.num-cpus",
+        True,
+        {},
+        lambda v: v["worker"]["rayStartParams"].update({"num-cpus": "inf"}),
+    ),
+    "schema-head-ray-cpus-negative": (
+        "head num-cpus -4",
+        "head.rayStartParams.num-cpus",
+        True,
+        {},
+        lambda v: v["head"]["rayStartParams"].update({"num-cpus": "-4"}),
+    ),
+    "schema-worker-ray-gpus-text": (
+        "worker num-gpus abc",
+        "worker.rayStartParams.num-gpus",
+        True,
+        {},
+        lambda v: v["worker"]["rayStartParams"].update({"num-gpus": "abc"}),
+    ),
+    "schema-worker-cpu-400-digits": (
+        "a 401-digit CPU request (overflowed a float)",
+        "worker.resources.requests.cpu",
+        True,
+        {},
+        lambda v: v["worker"]["resources"]["requests"].update(cpu="1" + "0" * 400),
+    ),
+    "schema-lustre-capacity-5000-digits": (
+        "a 5001-digit Lustre capacity (past Python's int string limit)",
+        "storage.lustre.capacity",
+        True,
+        {},
+        lambda v: v["storage"]["lustre"].update(capacity="1" + "0" * 5000 + "Gi"),
+    ),
+    "schema-worker-shm-400-digits": (
+        "a 401-digit /dev/shm size",
+        "worker.shmSize",
+        True,
+        {},
+        lambda v: v["worker"].update(shmSize="1" + "0" * 400 + "Gi"),
+    ),
+    "nemo-extra-override-5000-digits": (
+        "an extra override with a 5000-digit number (past Python's int string limit)",
+        "grpo.extraOverrides[0]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["++foo.bar=" + "9" * 5000]),
+    ),
+    # the release's own recipe (vendor/nemo-rl/)
+    "nemo-override-misspelt": (
+        "an extra override whose key the release's recipe does not have (a typo)",
+        "grpo.extraOverrides[grpo.val_perod]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["grpo.val_perod=10"]),
+    ),
+    "nemo-plus-on-existing-key": (
+        "a '+' on a key the recipe already has",
+        "grpo.extraOverrides[grpo.val_period]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["+grpo.val_period=10"]),
+    ),
+    "nemo-release-not-carried": (
+        "an image tag whose NeMo RL configs the repository does not carry",
+        "image.tag",
+        False,
+        {},
+        lambda v: v["image"].update(tag="v0.4.0"),
+    ),
+}
+
+
+def main() -> int:
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    for i, (name, (rule, key, schema, opts, mutate)) in enumerate(CASES.items()):
+        values = build(Options(**({"gpu": "h200"} | opts)))
+        mutate(values)
+        header = f"rule: {rule}\nexpect: {key}\nschema: {str(schema).lower()}"
+        (OUT / f"{i:02d}-{name}.yaml").write_text(dump_values(values, header))
+    print(f"wrote {len(CASES)} files to {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

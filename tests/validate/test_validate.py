@@ -1,0 +1,254 @@
+"""`python -m generator validate`: the invalid corpus, the valid corpus, output and exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import render_text, values_for
+
+from generator.render.helm import HelmError
+from generator.validate.values import validate_values
+from generator.values.merge import as_helm_sees_it, coalesce
+
+ROOT = Path(__file__).resolve().parents[2]
+INVALID = sorted((ROOT / "tests" / "validate" / "data" / "invalid").glob("*.yaml"))
+
+
+def header(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("# "):
+            break
+        key, _, value = line[2:].partition(": ")
+        out[key] = value
+    return out
+
+
+def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "generator", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False)
+
+
+def test_the_invalid_corpus_is_large_and_covers_every_rule_family():
+    assert len(INVALID) >= 40
+    families = {p.name.split("-", 2)[1] for p in INVALID}
+    assert {"acc", "res", "net", "nemo", "sto", "name", "kueue", "sec", "schema"} <= families
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_each_broken_file_fails_naming_its_key(path):
+    expect = header(path)["expect"]
+    findings = validate_values(as_helm_sees_it(yaml.safe_load(path.read_text())))
+    errors = [f for f in findings if f.level == "error"]
+    assert errors, f"{path.name}: no error"
+    assert expect in {f.key for f in errors}, [f"{f.key}: {f.message}" for f in errors]
+
+
+def test_the_cli_reports_the_corpus_one_line_per_problem():
+    proc = run_cli("validate", *map(str, INVALID))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    for path in INVALID:
+        assert f"{path}: {header(path)['expect']}: " in proc.stdout
+    for line in proc.stdout.splitlines():
+        assert line.count(": ") >= 2 and "\n" not in line  # FILE: key: message - fix
+
+
+def test_the_cli_reports_the_corpus_as_json_for_ci():
+    sample = INVALID[::6]  # the text report above covers every file; this, the JSON shape
+    proc = run_cli("validate", "--format", "json", *map(str, sample))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["valid"] is False
+    by_file = {f["file"]: f for f in report["files"]}
+    assert len(by_file) == len(sample)
+    for path in sample:
+        entry = by_file[str(path)]
+        assert entry["valid"] is False
+        assert header(path)["expect"] in {f["key"] for f in entry["findings"] if f["level"] == "error"}
+
+
+SCHEMA_LEVEL = [p for p in INVALID if header(p)["schema"] == "true"]
+
+
+@pytest.mark.parametrize("path", SCHEMA_LEVEL, ids=[p.stem for p in SCHEMA_LEVEL])
+def test_schema_level_breakage_also_fails_helm(helm, path):
+    with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
+        render_text(helm, [path])
+
+
+# --- the valid corpus ---------------------------------------------------------------------
+
+VALID = [
+    (gpu, nodes, gen, tag)
+    for gpu in ("b200", "h200")
+    for nodes in (1, 2, 4, 8, 16, 64)
+    for gen in ("colocated", "dedicated")
+    for tag in ("v0.5.0", "v0.6.0", "v0.7.0")
+    if not (gen == "dedicated" and nodes == 1)
+]
+
+
+@pytest.mark.parametrize(("gpu", "nodes", "gen", "tag"), VALID, ids=[f"{g}-{n}n-{s}-{t}" for g, n, s, t in VALID])
+def test_generated_files_are_valid(gpu, nodes, gen, tag):
+    opts = {"generation_nodes": 0} if gen == "colocated" else {"generation_nodes": nodes // 2}
+    model = "qwen2.5-1.5b" if gen == "colocated" else "gemma3-27b"
+    v = values_for(gpu, nodes=nodes, release=tag, model=model, **opts)
+    findings = validate_values(v)
+    assert [f for f in findings if f.level == "error"] == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_chart_scenario_validates(path):
+    findings = validate_values(as_helm_sees_it(yaml.safe_load(path.read_text())))
+    assert [f"{f.key}: {f.message}" for f in findings if f.level == "error"] == []
+
+
+# --- exit codes, formats, no modification -------------------------------------------------
+
+
+def test_valid_file_exits_0_and_is_not_modified(tmp_path):
+    path = tmp_path / "v.yaml"
+    assert run_cli("--gpu", "h200", "-o", str(path)).returncode == 0
+    before = hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 0, proc.stdout
+    assert "valid: 1 file(s), 0 error(s)" in proc.stderr
+    assert (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns) == before
+
+
+def test_warnings_pass_unless_strict(tmp_path):
+    path = tmp_path / "v.yaml"
+    run_cli("--gpu", "h200", "-o", str(path))
+    assert "storage.lustre.volumeHandle" in run_cli("validate", str(path)).stdout  # the placeholder warning
+    strict = run_cli("validate", "--strict", str(path))
+    assert strict.returncode == 1
+    assert "(warning)" in strict.stdout
+
+
+def test_json_output_for_ci():
+    proc = run_cli("validate", "--format", "json", str(INVALID[0]), str(ROOT / "charts" / "nemo-rl-gke" / "values.yaml"))
+    assert proc.returncode == 1
+    out = json.loads(proc.stdout)
+    assert out["valid"] is False
+    bad, good = out["files"]
+    assert bad["valid"] is False and good["valid"] is True
+    assert {"key", "message", "fix", "level"} == set(bad["findings"][0])
+    assert header(INVALID[0])["expect"] in {f["key"] for f in bad["findings"]}
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(None, "no such file"), ("a: [1, 2\n", "not valid YAML at line"), ("\xff\xfe", "not UTF-8"), ("x" * (2 << 20), "larger than")],
+)
+def test_usage_errors_exit_2_without_traceback(tmp_path, content, needle):
+    path = tmp_path / "v.yaml"
+    if content is not None:
+        path.write_bytes(content.encode("latin-1") if content.startswith("\xff") else content.encode())
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 2
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_file_alone_can_be_checked_without_chart_defaults(tmp_path):
+    path = tmp_path / "overlay.yaml"
+    path.write_text("workerGroups:\n  - {name: gpu, replicas: 2, provisioning: spot}\n")
+    assert run_cli("validate", str(path)).returncode == 0
+    alone = run_cli("validate", "--no-chart-defaults", str(path))
+    assert alone.returncode == 1 and "accelerator: required key is missing" in alone.stdout
+
+
+def test_release_name_is_checked(tmp_path):
+    path = ROOT / "charts" / "nemo-rl-gke" / "values.yaml"
+    assert run_cli("validate", "--release", "9-bad", str(path)).returncode == 1
+    bad = run_cli("validate", "--release-name", "9-bad", str(path))
+    assert bad.returncode == 1 and "9-bad" in bad.stdout
+    assert run_cli("validate", "--release-name", "nemo-rl", str(path)).returncode == 0
+
+
+def test_coalesce_follows_helm():
+    assert coalesce({"a": {"b": 1, "c": 2}, "l": [1, 2]}, {"a": {"b": 3, "c": None}, "l": [9]}) == {"a": {"b": 3}, "l": [9]}
+
+
+def test_generate_writes_nothing_when_the_rules_fail(tmp_path):
+    proc = run_cli("--gpu", "h200", "--wandb", "--secret", "", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "W&B logging is on but no WANDB_API_KEY reference" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- input that used to crash validate ----------------------------------------------------
+
+NON_STRING_KEYS = {
+    "root-int-and-str": ("1: a\nfoo: b\n", "1", "unknown key '1'"),
+    "root-bool": ("true: a\n", "true", "unknown key 'true'"),
+    "env-name-int": ("nccl:\n  extraEnv:\n    5: x\n", "nccl.extraEnv", "'5' does not match"),
+    "ray-param-int": ("worker:\n  rayStartParams:\n    7: x\n", "worker.rayStartParams", "'7' does not match"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NON_STRING_KEYS))
+def test_non_string_keys_are_keys_as_helm_sees_them(helm, tmp_path, case):
+    # Helm turns every YAML key into a string before its schema check; so does validate, which
+    # used to crash sorting 1 against "foo" and showed the key 1 as a list entry "[1]".
+    text, key, message = NON_STRING_KEYS[case]
+    path = tmp_path / "v.yaml"
+    path.write_text(text)
+    with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
+        render_text(helm, [path])
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-500:]
+    assert any(line.startswith(f"{path}: {key}: ") and message in line for line in proc.stdout.splitlines()), proc.stdout
+    assert f"{path}: [" not in proc.stdout
+
+
+# --- credentials never reach the output ---------------------------------------------------
+
+FAKE_TOKEN = "hf_FAKEtok3nNotReal0123456789abcdef"  # noqa: S105 - a made-up token the output must not show
+TOKEN_CASES = {
+    "existing-secret-pattern": ({"secrets": {"source": "existing", "existingSecret": FAKE_TOKEN}}, "secrets.existingSecret"),
+    "from-files-too-long": ({"secrets": {"source": "files", "fromFiles": {"hfToken": FAKE_TOKEN * 150}}}, "secrets.fromFiles.hfToken"),
+    "from-files-not-a-string": (
+        {"secrets": {"source": "files", "fromFiles": {"wandbApiKey": [FAKE_TOKEN]}}},
+        "secrets.fromFiles.wandbApiKey",
+    ),
+    "source-enum": ({"secrets": {"source": FAKE_TOKEN}}, "secrets.source"),
+    "token-key-too-long": ({"secrets": {"source": "existing", "hfTokenKey": FAKE_TOKEN * 10}}, "secrets.hfTokenKey"),
+    "remote-key-pattern": (
+        {"secrets": {"source": "external", "external": {"storeName": "gsm", "hfTokenRemoteKey": FAKE_TOKEN + " x"}}},
+        "secrets.external.hfTokenRemoteKey",
+    ),
+    "env-token-wrong-type": ({"extraEnv": [{"name": "HF_TOKEN", "value": [FAKE_TOKEN]}]}, "extraEnv[0].value"),
+    "nccl-env-token-wrong-type": ({"nccl": {"extraEnv": {"WANDB_API_KEY": [FAKE_TOKEN]}}}, "nccl.extraEnv.WANDB_API_KEY"),
+}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("case", sorted(TOKEN_CASES))
+def test_a_token_in_a_broken_value_is_never_printed(tmp_path, case, fmt):
+    change, key = TOKEN_CASES[case]
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(change))
+    proc = run_cli("validate", "--format", fmt, str(path))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-500:]
+    assert FAKE_TOKEN not in proc.stdout + proc.stderr
+    assert FAKE_TOKEN[:12] not in proc.stdout + proc.stderr  # not even cut short
+    keys = {f["key"] for f in json.loads(proc.stdout)["files"][0]["findings"]} if fmt == "json" else proc.stdout
+    assert key in keys, proc.stdout
+
+
+def test_an_alias_bomb_is_refused_naming_its_file(tmp_path):
+    good = ROOT / "charts" / "nemo-rl-gke" / "values.yaml"
+    bomb = tmp_path / "bomb.yaml"
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 7)]
+    bomb.write_text("\n".join(lines) + "\n")
+    proc = run_cli("validate", str(good), str(bomb))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"error: {bomb}: document has more than" in proc.stderr, proc.stderr
