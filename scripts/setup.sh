@@ -20,7 +20,7 @@ py=.venv/bin/python
 echo "==> generate values files"
 for gpu in $("$py" -c 'from generator.gke.profiles import ACCELERATORS; print(*ACCELERATORS)'); do
   if [ -e "values-$gpu.yaml" ]; then
-    # never over a file the user may have edited (README, step 2)
+    # never over a file the user may have edited (docs/install-on-gke.md, step 2)
     echo "    values-$gpu.yaml exists: kept (delete it to write a fresh one)"
   else
     "$py" -m generator --gpu "$gpu" | sed 's/^/    /'
@@ -40,7 +40,7 @@ echo "==> render and validate every object"
 
 cat <<'NEXT'
 
-Done. Next (the README's "Install on GKE" has each step):
+Done. Next (docs/install-on-gke.md has each step):
   source .venv/bin/activate
   python -m generator infra --gpu h200 --project PROJECT --region REGION --zone ZONE -o infra.sh
   bash infra.sh     # cluster, GPU pool, Lustre; ends by printing the generator and `helm install` lines to use
