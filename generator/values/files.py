@@ -39,11 +39,43 @@ def _count_nodes(doc: Any, limit: int, source: str) -> int:
     return seen
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} is given twice")
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names one key twice: PyYAML and Helm keep
+    the last and drop the first without a word (a second `storage:` block pasted below the
+    generated one). A key repeated through a `<<` merge is an override, as YAML means it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKeyError(key, seen[key], line)
+                seen[key] = line
+            except TypeError:  # an unhashable key: the constructor below reports it
+                break
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_yaml(text: str, source: str) -> Any:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise InputError(f"{source}: larger than {MAX_BYTES // 1024} KiB; not a values file")
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a safe loader
+    except DuplicateKeyError as e:
+        raise InputError(
+            f"{source}: line {e.second}: key {e.key!r} is given twice (lines {e.first} and {e.second}); "
+            "YAML and Helm keep only the last, so the first is lost - merge the two into one"
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

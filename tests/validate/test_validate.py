@@ -110,6 +110,38 @@ def test_every_chart_scenario_validates(path):
     assert [f"{f.key}: {f.message}" for f in findings if f.level == "error"] == []
 
 
+LEGITIMATE = sorted((ROOT / "tests" / "validate" / "data" / "valid").glob("*.yaml"))
+
+
+def test_the_legitimate_edits_corpus_exists():
+    assert {p.stem for p in LEGITIMATE} >= {"cpu-as-number", "external-secret-go-duration", "tokenizers-env"}
+
+
+@pytest.mark.parametrize("path", LEGITIMATE, ids=[p.stem for p in LEGITIMATE])
+def test_a_legitimate_edit_passes_validate_lint_and_render(helm, path):
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 error(s)" in proc.stderr + proc.stdout
+    assert "0 chart(s) failed" in helm.lint([path])
+    from generator.render.manifests import parse_documents, validate_documents
+
+    assert validate_documents(parse_documents(render_text(helm, [path]))) == []
+
+
+def test_a_key_given_twice_is_an_error_with_both_lines(tmp_path):
+    text = (ROOT / "charts" / "nemo-rl-gke" / "values.yaml").read_text()
+    path = tmp_path / "twice.yaml"
+    path.write_text("storage:\n  mountPath: /mnt\n" + text)
+    first = 1
+    second = 3 + next(i for i, line in enumerate(text.splitlines()) if line.startswith("storage:"))
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: {path}: line {second}: key 'storage' is given twice (lines {first} and {second}); "
+        "YAML and Helm keep only the last, so the first is lost - merge the two into one"
+    )
+
+
 # --- exit codes, formats, no modification -------------------------------------------------
 
 

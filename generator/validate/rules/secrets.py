@@ -9,7 +9,9 @@ from generator.nemo_rl.run_spec import is_gated
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
 
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+# A secret-looking variable name: one of these words as a whole `_`-separated segment (HF_TOKEN,
+# AWS_SECRET_ACCESS_KEY, WANDB_API_KEY), never inside a word (TOKENIZERS_PARALLELISM is no token).
+SECRET_NAME = re.compile(r"(?:^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|(?:API|ACCESS|PRIVATE)_KEY)(?:_|$)", re.I)
 KEYS = {"hfTokenKey": ("hfToken", "hfTokenRemoteKey"), "wandbApiKeyKey": ("wandbApiKey", "wandbApiKeyRemoteKey")}
 
 

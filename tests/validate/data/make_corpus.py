@@ -21,6 +21,7 @@ from generator.values.build import Options, build  # noqa: E402
 from generator.values.files import dump_values  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "invalid"
+VALID_OUT = Path(__file__).resolve().parent / "valid"
 
 
 def set_override(v: dict[str, Any], key: str, value: str, prefix: str = "") -> None:
@@ -590,6 +591,43 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
 }
 
 
+def _external_refresh(v: dict[str, Any]) -> None:
+    v["secrets"].update(source="external", existingSecret="")
+    v["secrets"]["external"].update(storeName="gcp-store", hfTokenRemoteKey="hf-token", refreshInterval="2h30m")
+
+
+# Legitimate hand edits that Kubernetes, the operators and NeMo RL accept: each must pass
+# `validate` with no error, lint and render. name: (what the edit is, generator options, mutation)
+VALID_CASES: dict[str, tuple[str, dict[str, Any], Mutation]] = {
+    "cpu-as-number": (
+        "CPU quantities as YAML numbers (Kubernetes takes int-or-string)",
+        {},
+        lambda v: (v["head"]["resources"]["requests"].update(cpu=4), v["head"]["resources"]["limits"].update(cpu=6)),
+    ),
+    "cpu-as-fraction": (
+        "a fractional CPU request for the launcher as a number",
+        {},
+        lambda v: v["launcher"]["resources"]["requests"].update(cpu=0.5),
+    ),
+    "external-secret-go-duration": ("an ExternalSecret refreshInterval of 2h30m (a Go duration)", {}, _external_refresh),
+    "tokenizers-env": (
+        "TOKENIZERS_PARALLELISM in extraEnv (TOKEN inside a word is no token)",
+        {},
+        lambda v: v.update(extraEnv=[{"name": "TOKENIZERS_PARALLELISM", "value": "false"}]),
+    ),
+    "extra-override-existing-key": (
+        "an extra override of a key the recipe has (the last one wins)",
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["grpo.val_period=20"]),
+    ),
+    "extra-override-new-key": (
+        "an extra override adding a new key with '+'",
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["+foo.bar=1"]),
+    ),
+}
+
+
 def main() -> int:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -600,6 +638,14 @@ def main() -> int:
         header = f"rule: {rule}\nexpect: {key}\nschema: {str(schema).lower()}"
         (OUT / f"{i:02d}-{name}.yaml").write_text(dump_values(values, header))
     print(f"wrote {len(CASES)} files to {OUT.relative_to(ROOT)}")
+    if VALID_OUT.exists():
+        shutil.rmtree(VALID_OUT)
+    VALID_OUT.mkdir(parents=True)
+    for name, (edit, opts, mutate) in VALID_CASES.items():
+        values = build(Options(**({"gpu": "h200"} | opts)))
+        mutate(values)
+        (VALID_OUT / f"{name}.yaml").write_text(dump_values(values, f"edit: {edit}"))
+    print(f"wrote {len(VALID_CASES)} files to {VALID_OUT.relative_to(ROOT)}")
     return 0
 
 
