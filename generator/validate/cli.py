@@ -1,4 +1,4 @@
-"""`python -m generator validate FILE...`: the schema, then the semantic rules.
+"""`python -m generator validate FILE... [-f MORE] [--set K=V]...`: the schema, then the semantic rules.
 
 Exit 0 when valid, 1 when any file has an error (or a warning with --strict), 2 for usage
 errors (missing file, unreadable YAML). Never modifies a file."""
@@ -10,8 +10,10 @@ import json
 import sys
 from pathlib import Path
 
+from generator.validate.findings import Finding
 from generator.validate.values import has_errors, validate_values
 from generator.values.files import InputError, load_values
+from generator.values.layers import SET_FLAGS, layers, merge
 from generator.values.merge import as_helm_sees_it
 
 HELP = "check values files: schema, then the semantic rules"
@@ -29,20 +31,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="check the file alone, not merged over the chart's values.yaml as helm install does",
     )
     add_release_name(p, "Helm release name the file will be installed as (names are checked); default nemo-rl")
+    layered = p.add_argument_group(
+        "layered values (as helm install takes them; with any of these, FILE and every -f are merged into one configuration)"
+    )
+    layered.add_argument(
+        "-f", "--values", dest="more", action="append", type=Path, default=[], metavar="MORE", help="a further values file"
+    )
+    for flag in SET_FLAGS:
+        layered.add_argument(flag, dest="sets", action="append", type=lambda v, f=flag: (f, v), default=[], metavar="KEY=VALUE")
+
+
+def _reports(args: argparse.Namespace) -> list[tuple[str, list[Finding]]]:
+    if args.more or args.sets:
+        spec = layers([*args.files, *args.more], args.sets, not args.no_chart_defaults)
+        return [(spec.name, validate_values(merge(spec), args.release, spec.set_file_keys))]
+    reports = []
+    for path in args.files:
+        doc = load_values(path)
+        if not args.no_chart_defaults:
+            doc = as_helm_sees_it(doc)
+        reports.append((str(path), validate_values(doc, args.release)))
+    return reports
 
 
 def run(args: argparse.Namespace) -> int:
-    reports = []
-    for path in args.files:
-        try:
-            doc = load_values(path)
-        except InputError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        if not args.no_chart_defaults:
-            doc = as_helm_sees_it(doc)
-        findings = validate_values(doc, args.release)
-        reports.append((str(path), findings))
+    try:
+        reports = _reports(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     failed = any(has_errors(f, args.strict) for _, f in reports)
     if args.format == "json":
         out = {

@@ -29,12 +29,12 @@ def with_helm_keys(node: Any) -> Any:
     return node
 
 
-def validate_values(doc: Any, release_name: str = "nemo-rl") -> list[Finding]:
+def validate_values(doc: Any, release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset()) -> list[Finding]:
     doc = with_helm_keys(doc)
     schema = [error(e.path, e.message, "see the chart's values table") for e in iter_errors(doc)]
     if schema:
         return schema
-    return run_checks(doc, release_name)
+    return run_checks(doc, release_name, set_file_keys)
 
 
 def has_errors(findings: list[Finding], strict: bool = False) -> bool:

@@ -142,6 +142,50 @@ def test_a_key_given_twice_is_an_error_with_both_lines(tmp_path):
     )
 
 
+# --- layered values, merged as helm install merges them ----------------------------------------
+
+
+def test_layers_are_validated_as_one_configuration_in_helms_order(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text((ROOT / "examples" / "tutorial-h200.yaml").read_text())
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("workerGroups:\n  - {name: gpu, replicas: 3, provisioning: spot}\n")
+    broken = run_cli("validate", str(base), "-f", str(overlay))
+    assert broken.returncode == 1
+    assert f"{base} -f {overlay}: grpo.overrides[cluster.num_nodes]:" in broken.stdout
+    # --set comes after every -f, as in Helm: it mends what the overlay broke
+    mended = run_cli("validate", str(base), "-f", str(overlay), "--set", "workerGroups[0].replicas=2")
+    assert mended.returncode == 0, mended.stdout
+    assert run_cli("validate", str(base), "--set", "workerGroups[0].replicas=0").returncode == 1
+
+
+def test_a_token_given_with_set_file_is_neither_printed_nor_refused(tmp_path):
+    token = tmp_path / "hf_token"
+    token.write_text("hf_not_a_real_token_0123456789\n")
+    proc = run_cli(
+        "validate",
+        str(ROOT / "examples" / "tutorial-h200.yaml"),
+        "--set",
+        "secrets.source=files",
+        "--set",
+        "secrets.existingSecret=",
+        "--set-file",
+        f"secrets.fromFiles.hfToken={token}",
+        "--format",
+        "json",
+    )
+    assert proc.returncode == 0, proc.stdout
+    assert "hf_not_a_real_token" not in proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["files"][0]["file"].endswith("--set-file secrets.fromFiles.hfToken=...")
+
+
+def test_a_layer_helm_cannot_read_is_one_line(tmp_path):
+    proc = run_cli("validate", str(ROOT / "examples" / "tutorial-h200.yaml"), "--set-file", f"x={tmp_path / 'missing'}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert "could not merge the values" in line and "no such file" in line
+
+
 # --- exit codes, formats, no modification -------------------------------------------------
 
 

@@ -11,6 +11,6 @@ from generator.validate.rules.context import Context
 RULES = (accelerator, autopilot, resources, networks, nemo_rl, recipe, storage, names, secrets, operations)
 
 
-def run_checks(values: dict[str, Any], release_name: str = "nemo-rl") -> list[Finding]:
-    ctx = Context(values, release_name)
+def run_checks(values: dict[str, Any], release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset()) -> list[Finding]:
+    ctx = Context(values, release_name, set_file_keys=set_file_keys)
     return [f for rule in RULES for f in rule.check(ctx)]

@@ -29,6 +29,7 @@ class Context:
     values: dict[str, Any]
     release_name: str = "nemo-rl"
     syntax_errors: list[tuple[str, str, str]] = field(default_factory=list)  # key, message, fix
+    set_file_keys: frozenset[str] = frozenset()  # keys given by `--set-file` (a file's content at install time)
 
     @cached_property
     def profile(self) -> AcceleratorProfile:

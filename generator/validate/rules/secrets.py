@@ -20,7 +20,7 @@ def _source(ctx: Context) -> Iterator[Finding]:
     source = sec["source"]
     files = sec.get("fromFiles") or {}
     for name in ("hfToken", "wandbApiKey"):
-        if files.get(name):
+        if files.get(name) and f"secrets.fromFiles.{name}" not in ctx.set_file_keys:
             yield error(
                 f"secrets.fromFiles.{name}",
                 "a token written into a values file (it ends up in version control and in every copy of the file)",

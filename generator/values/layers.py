@@ -1,0 +1,80 @@
+"""Layered values, merged by Helm itself: `-f base.yaml -f overlay.yaml --set k=v --set-file k=path`.
+
+Helm's merge (files in order, then --set-json, --set, --set-string, --set-file, each with Helm's
+own parser for keys, list indexes, escapes and types) is not re-implemented here: the pinned Helm
+renders a scratch chart whose only template prints `.Values` as JSON, over the chart's own
+`values.yaml` (or over nothing, for `--no-chart-defaults`), with no schema, so that every problem
+comes back as a finding of `validate` rather than as Helm's first error.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from generator.paths import CHART_DIR
+from generator.values.files import InputError, load_values
+
+SET_FLAGS = ("--set", "--set-string", "--set-file", "--set-json")
+
+
+@dataclass(frozen=True)
+class Layers:
+    files: tuple[Path, ...]
+    sets: tuple[tuple[str, str], ...] = ()  # (flag, "key=value"), as given
+    chart_defaults: bool = True
+    set_file_keys: frozenset[str] = field(default_factory=frozenset)  # keys whose value is a file's content
+
+    @property
+    def name(self) -> str:
+        """How reports name the merged configuration (never a --set value: it may be a token)."""
+        parts = [str(self.files[0]), *(f"-f {f}" for f in self.files[1:])]
+        parts += [f"{flag} {arg.split('=', 1)[0]}=..." for flag, arg in self.sets]
+        return " ".join(parts)
+
+
+def layers(files: Sequence[Path], sets: Sequence[tuple[str, str]], chart_defaults: bool) -> Layers:
+    for flag, arg in sets:
+        if "=" not in arg:
+            raise InputError(f"{flag} {arg.split(',', 1)[0]!r}: expected key=value")
+    keys = frozenset(arg.split("=", 1)[0] for flag, arg in sets if flag == "--set-file")
+    return Layers(tuple(files), tuple(sets), chart_defaults, keys)
+
+
+def merge(spec: Layers) -> dict[str, Any]:
+    """The values `helm install -f ... --set ...` would use, computed by the pinned Helm."""
+    from generator.render.helm import HelmError, HelmMissing, default_helm
+
+    for f in spec.files:
+        load_values(f)  # size, type, YAML syntax and duplicate keys, each a one-line error naming the file
+    try:
+        helm = default_helm()
+    except HelmMissing as e:
+        raise InputError(str(e)) from None
+    with tempfile.TemporaryDirectory(prefix="nemo-rl-gke-layers-") as tmp:
+        chart = Path(tmp) / "layers"
+        (chart / "templates").mkdir(parents=True)
+        (chart / "Chart.yaml").write_text("apiVersion: v2\nname: layers\nversion: 0.0.0\n", encoding="utf-8")
+        values = chart / "values.yaml"
+        if spec.chart_defaults:
+            shutil.copyfile(CHART_DIR / "values.yaml", values)
+        else:
+            values.write_text("{}\n", encoding="utf-8")
+        (chart / "templates" / "values.json").write_text("{{ toJson .Values }}\n", encoding="utf-8")
+        args = ["template", "layers", str(chart)]
+        for f in spec.files:
+            args += ["-f", str(f.resolve())]
+        for flag, arg in spec.sets:
+            args += [flag, arg]
+        try:
+            out = helm.run(args)
+        except HelmError as e:
+            first = str(e).splitlines()[0] if str(e) else "failed"
+            raise InputError(f"{spec.name}: helm {helm.version} could not merge the values: {first}") from None
+    body = "\n".join(line for line in out.splitlines() if line and not line.startswith(("#", "---")))
+    return json.loads(body)
