@@ -284,6 +284,32 @@ def test_first_run_creates_everything_in_order_and_second_run_nothing(scripts, c
     assert "Bring-up complete." in second.stdout
 
 
+# --- the stand-in's node-pool sizing rules -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"location-policy": "ANY", "num-nodes": "2"}, "location policy ANY needs"),
+        ({"min-nodes": "0"}, "mutually exclusive"),
+        ({"total-min-nodes": "3", "total-max-nodes": "2"}, "total node bounds"),
+    ],
+)
+def test_the_stand_in_refuses_pools_that_break_the_documented_sizing_rules(cloud, tmp_path, change, message):
+    """The fake enforces what the GKE pages say, so the flags above are checked, not only recorded."""
+    cloud.seed({"container/clusters/nemo-rl": {}})
+    argv = ["container", "node-pools", "create", "gpu-h200", "--cluster=nemo-rl", "--enable-autoscaling", "--num-nodes=0"]
+    argv += ["--total-min-nodes=0", "--total-max-nodes=2", "--location-policy=ANY"]
+    merged = dict(fake_cloud.parse(argv)[1])
+    merged.update(change)
+    args = argv[:4] + [f"--{k}={v}" if v else f"--{k}" for k, v in merged.items()]
+    env = {**os.environ, "FAKE_PYTHON": sys.executable, "FAKE_STATE": str(cloud.state), "FAKE_LOG": str(tmp_path / "log")}
+    proc = subprocess.run([str(FAKE_CLI / "gcloud"), *args], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and message in proc.stderr
+    ok = subprocess.run([str(FAKE_CLI / "gcloud"), *argv], env=env, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+
+
 H200_STANDARD_CREATES = expected_creates("h200", "standard")
 # The first create of every step, and a few in the middle of a step.
 FAIL_AT = [

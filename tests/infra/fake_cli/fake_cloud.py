@@ -134,6 +134,7 @@ class Cloud:
                 raise Fail(f"ERROR: INVALID_ARGUMENT: network profile {profile}")
         if kind == "container/node-pools":
             self.need(f"container/clusters/{flag(flags, 'cluster')}", "cluster")
+            self.check_autoscaling(flags)
             for k, v in flags:
                 if k == "additional-node-network":
                     parts = dict(p.split("=", 1) for p in v.split(","))
@@ -143,6 +144,27 @@ class Cloud:
             network = flag(flags, "network").rsplit("/", 1)[-1]
             if not self.res.get(f"peering/{network}", {}).get("ranges"):
                 raise Fail(f"ERROR: FAILED_PRECONDITION: network {network} has no private services access")
+
+    def check_autoscaling(self, flags: list[tuple[str, str]]) -> None:
+        """The node-pool sizing rules of GKE's documentation (the messages are this fake's own):
+        https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler and
+        https://docs.cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler"""
+        given = {k for k, _ in flags}
+        autoscaled = "enable-autoscaling" in given
+        bounds = {"min-nodes", "max-nodes", "total-min-nodes", "total-max-nodes"} & given
+        if bounds and not autoscaled:
+            raise Fail(f"ERROR: INVALID_ARGUMENT: --{sorted(bounds)[0]} needs --enable-autoscaling")
+        if {"min-nodes", "max-nodes"} & given and {"total-min-nodes", "total-max-nodes"} & given:
+            raise Fail("ERROR: INVALID_ARGUMENT: --total-min/max-nodes and --min/max-nodes are mutually exclusive")
+        if "total-min-nodes" in given and "total-max-nodes" in given:
+            low, high = int(flag(flags, "total-min-nodes")), int(flag(flags, "total-max-nodes"))
+            if not 0 <= low <= high:
+                raise Fail(f"ERROR: INVALID_ARGUMENT: total node bounds {low}..{high}")
+        policy = flag(flags, "location-policy")
+        if policy == "ANY" and not (autoscaled and flag(flags, "num-nodes") == "0"):
+            raise Fail("ERROR: INVALID_ARGUMENT: location policy ANY needs --enable-autoscaling and --num-nodes=0")
+        if policy == "BALANCED" and "flex-start" in given:
+            raise Fail("ERROR: INVALID_ARGUMENT: location policy BALANCED is not supported with --flex-start")
 
     def check_delete(self, kind: str, name: str) -> None:
         if kind == "compute/networks":
