@@ -234,21 +234,60 @@ CREDENTIALS = """\
 run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --location="$REGION"
 """
 
+# How the GPU pool is sized, per provisioning type. Sources, GKE's documentation:
+#   [CA]  https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler
+#         --total-min-nodes/--total-max-nodes (GKE >= 1.24) bound the whole pool across zones;
+#         location policy ANY: "autoscaling has to be enabled and the initial number of nodes has
+#         to be set to 0"; ANY is the default for Spot and flex-start pools, BALANCED (the
+#         on-demand and reservation default) is not supported for flex-start; a node pool scales
+#         up when Pods cannot be scheduled and down to its minimum when its nodes are unneeded.
+#   [FAQ] https://github.com/kubernetes/autoscaler/blob/master/cluster-autoscaler/FAQ.md#how-does-scale-down-work
+#         (linked from [CA]): "If a node is unneeded for more than 10 minutes, it will be terminated."
+#   [HOW] https://docs.cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler
+#         --enable-autoscaling with --min-nodes/--max-nodes (per zone) or --total-min-nodes/
+#         --total-max-nodes (whole pool); the two pairs are mutually exclusive.
+#   [RES] https://docs.cloud.google.com/compute/docs/instances/reservations-overview#reservation-billing
+#         (as summarised in https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/predictions/use-reservations):
+#         reserved resources are charged at the on-demand rate until the reservation is deleted;
+#         a VM consuming the reservation incurs no separate charge (only disks, IP addresses).
+# Spot, on-demand and flex-start: from 0 up to $NODES nodes, so no GPU node exists before the
+# chart's worker pods ask for one, and the autoscaler removes a node once no worker pod needs it.
+# The pool has one zone ($ZONE), so the per-zone and the total bounds are the same; the total
+# ones are used, as the flex-start pool did before Spot and on-demand were autoscaled.
+FROM_ZERO = [
+    "--enable-autoscaling",
+    "--num-nodes=0",
+    "--total-min-nodes=0",
+    '--total-max-nodes="$NODES"',
+    "--location-policy=ANY",  # [CA] needs autoscaling and 0 initial nodes; the Spot default
+]
 PROVISIONING_FLAGS = {
-    "spot": ['--num-nodes="$NODES"', "--spot"],
-    "on-demand": ['--num-nodes="$NODES"'],
+    "spot": ["--spot", *FROM_ZERO],
+    "on-demand": [*FROM_ZERO],
+    # Fixed at $NODES: the reservation is paid for whether its VMs run or not [RES], so removing
+    # idle nodes saves nothing but their boot disks, and nodes kept up keep the image pulled.
     "reservation": ['--num-nodes="$NODES"', "--reservation-affinity=specific", '--reservation="$RESERVATION"'],
-    # DWS flex-start: the pool starts empty and the autoscaler obtains up to $NODES nodes.
-    "flex-start": [
-        "--flex-start",
-        "--enable-autoscaling",
-        "--num-nodes=0",
-        "--total-min-nodes=0",
-        '--total-max-nodes="$NODES"',
-        "--location-policy=ANY",
-        "--reservation-affinity=none",
-        "--no-enable-autorepair",
-    ],
+    # DWS flex-start: the autoscaler obtains up to $NODES nodes [CA].
+    "flex-start": ["--flex-start", *FROM_ZERO, "--reservation-affinity=none", "--no-enable-autorepair"],
+}
+
+# The comment above the pool in the generated script, so its reader knows what is paid for.
+POOL_SIZING = {
+    "autoscaled": (
+        "# Autoscaled from 0 to $NODES nodes: the cluster autoscaler adds GPU nodes when the chart's worker\n"
+        "# pods cannot be scheduled and removes a node after it has been unneeded for about 10 minutes, so no\n"
+        "# GPU node is billed before `helm install` or after the worker pods are gone. Location policy ANY\n"
+        "# requires autoscaling and 0 initial nodes. The cluster keeps GKE's default autoscaling profile.\n"
+        "# https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler\n"
+        "# https://github.com/kubernetes/autoscaler/blob/master/cluster-autoscaler/FAQ.md#how-does-scale-down-work\n"
+    ),
+    "reservation": (
+        "# Fixed at $NODES nodes, not autoscaled: a reservation is billed at the on-demand rate until it is\n"
+        "# deleted, whether or not VMs use it, and a VM that consumes it costs nothing more (only its disks).\n"
+        "# Removing idle nodes would save almost nothing; kept up, they keep the image pulled. To stop paying\n"
+        "# for the GPUs, delete the reservation.\n"
+        "# https://docs.cloud.google.com/compute/docs/instances/reservations-overview#reservation-billing\n"
+    ),
 }
 
 
@@ -268,8 +307,9 @@ def node_pool(o: InfraOptions) -> str:
     if o.preload_image:
         flags += ["--enable-image-streaming", '--secondary-boot-disk="disk-image=$PRELOAD_IMAGE,mode=CONTAINER_IMAGE_CACHE"']
     lines = " \\\n".join(f"    {f}" for f in flags)
+    sizing = POOL_SIZING["reservation" if o.provisioning == "reservation" else "autoscaled"]
     return (
-        "# eth1 on the gVNIC VPC, eth2..eth9 on the RoCE subnets: the same names as network.* in the values file.\n"
+        sizing + "# eth1 on the gVNIC VPC, eth2..eth9 on the RoCE subnets: the same names as network.* in the values file.\n"
         'if ! exists gcloud container node-pools describe "$NODE_POOL" --project="$PROJECT" --cluster="$CLUSTER" \\\n'
         '    --location="$REGION"; then\n'
         '  run gcloud container node-pools create "$NODE_POOL" \\\n'

@@ -43,11 +43,13 @@ GOLDEN_CASES = {
     "b200-autopilot": ["--gpu", "b200", "--mode", "autopilot"],
     "h200-autopilot": ["--gpu", "h200", "--mode", "autopilot"],
     "h200-standard-teardown": ["--gpu", "h200", "--teardown"],
+    # the GPU pool's sizing per provisioning type (h200-standard above is Spot)
+    "h200-standard-on-demand": ["--gpu", "h200", "--provisioning", "on-demand"],
+    "b200-standard-flex-start": ["--gpu", "b200", "--provisioning", "flex-start", "--nodes", "4"],
+    "h200-standard-reservation": ["--gpu", "h200", "--provisioning", "reservation", "--reservation", "r1"],
 }
 VARIANTS = {
     **GOLDEN_CASES,
-    "on-demand": ["--gpu", "h200", "--provisioning", "on-demand"],
-    "flex-start": ["--gpu", "b200", "--provisioning", "flex-start", "--nodes", "4"],
     "reservation-preload": [
         *("--gpu", "b200", "--provisioning", "reservation", "--reservation", RESERVATION),
         *("--preload-image-disk", "nemo-rl-v050-cache", "--network-prefix", "team1", "--cluster", "grpo"),
@@ -106,10 +108,10 @@ def test_script_header_settings_and_strict_mode(scripts):
     assert '--secondary-boot-disk="disk-image=$PRELOAD_IMAGE,mode=CONTAINER_IMAGE_CACHE"' in text
     assert "--enable-image-streaming" in text
     assert "--reservation-affinity=specific" in text and '--reservation="$RESERVATION"' in text
-    flex = scripts["flex-start"].read_text()
+    flex = scripts["b200-standard-flex-start"].read_text()
     for f in ("--flex-start", "--enable-autoscaling", "--num-nodes=0", '--total-max-nodes="$NODES"', "--location-policy=ANY"):
         assert f in flex
-    assert "--spot" not in flex and "--spot" not in scripts["on-demand"].read_text()
+    assert "--spot" not in flex and "--spot" not in scripts["h200-standard-on-demand"].read_text()
 
 
 # --- the stand-in cloud ----------------------------------------------------------------------
@@ -242,7 +244,7 @@ def test_first_run_creates_everything_in_order_and_second_run_nothing(scripts, c
         assert pool["machine-type"] == p.machine_type
         assert pool["accelerator"] == f"type={p.node_label},count={p.gpus_per_node},gpu-driver-version=latest"
         assert pool["node-locations"] == "us-central1-b"
-        assert pool["num-nodes"] == "2" and "spot" in pool
+        assert "spot" in pool and pool["num-nodes"] == "0" and pool["total-max-nodes"] == "2"  # Spot, from zero
         assert len(all_flags(pool_call, "additional-node-network")) == 1 + p.rdma_nics
     else:
         assert "enable-ray-operator" in c and "enable-lustre-csi-driver" in c
@@ -282,6 +284,61 @@ def test_first_run_creates_everything_in_order_and_second_run_nothing(scripts, c
     assert second.mutations == []
     assert "ip:           10.90.0.5" in second.stdout
     assert "Bring-up complete." in second.stdout
+
+
+# --- how the GPU pool is sized, per provisioning type ---------------------------------------
+
+AUTOSCALED_FROM_ZERO = {"enable-autoscaling": "", "num-nodes": "0", "total-min-nodes": "0", "location-policy": "ANY"}
+POOL_SIZING_CASES = {
+    # variant: (pool, --nodes, flags the pool must have beyond AUTOSCALED_FROM_ZERO or the fixed size)
+    "h200-standard": ("gpu-h200", "2", {"spot": ""}),
+    "h200-standard-on-demand": ("gpu-h200", "2", {}),
+    "b200-standard-flex-start": ("gpu-b200", "4", {"flex-start": "", "reservation-affinity": "none", "no-enable-autorepair": ""}),
+    "reservation-preload": ("gpu-b200", "2", {"reservation-affinity": "specific", "reservation": RESERVATION}),
+    "h200-standard-reservation": ("gpu-h200", "2", {"reservation-affinity": "specific", "reservation": "r1"}),
+}
+
+
+def _pool_call(run: Run, pool: str) -> dict[str, str]:
+    assert run.rc == 0, run.stderr
+    return run.call(f"gcloud container node-pools create {pool}")
+
+
+@pytest.mark.parametrize("variant", ["h200-standard", "h200-standard-on-demand", "b200-standard-flex-start"])
+def test_spot_on_demand_and_flex_start_pools_autoscale_from_zero_to_nodes(scripts, cloud, variant):
+    pool_name, nodes, extra = POOL_SIZING_CASES[variant]
+    pool = _pool_call(cloud.run(scripts[variant]), pool_name)
+    assert pool.items() >= {**AUTOSCALED_FROM_ZERO, "total-max-nodes": nodes, **extra}.items()
+    # one kind of bound only (GKE: the total and the per-zone pairs are mutually exclusive)
+    assert "min-nodes" not in pool and "max-nodes" not in pool
+    assert ("spot" in pool) == (variant == "h200-standard")
+    assert "reservation" not in pool
+    text = scripts[variant].read_text()
+    assert "# Autoscaled from 0 to $NODES nodes" in text
+    assert "https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler" in text
+
+
+@pytest.mark.parametrize("variant", ["reservation-preload", "h200-standard-reservation"])
+def test_reservation_pool_is_fixed_at_nodes_and_the_script_says_why(scripts, cloud, variant):
+    pool_name, nodes, extra = POOL_SIZING_CASES[variant]
+    pool = _pool_call(cloud.run(scripts[variant]), pool_name)
+    assert pool.items() >= {"num-nodes": nodes, **extra}.items()
+    assert not {"enable-autoscaling", "total-min-nodes", "total-max-nodes", "min-nodes", "max-nodes", "location-policy"} & pool.keys()
+    text = scripts[variant].read_text()
+    assert "# Fixed at $NODES nodes, not autoscaled: a reservation is billed" in text
+    assert "https://docs.cloud.google.com/compute/docs/instances/reservations-overview#reservation-billing" in text
+    assert "# Autoscaled from 0" not in text
+
+
+def test_autopilot_scripts_create_no_node_pool_and_set_no_autoscaling(scripts):
+    for name in ("b200-autopilot", "h200-autopilot"):
+        text = scripts[name].read_text()
+        assert "node-pools create" not in text and "--enable-autoscaling" not in text and "autoscaling-profile" not in text
+
+
+def test_no_script_sets_an_autoscaling_profile(scripts):
+    # GKE's default (balanced) profile is kept: docs/install-on-gke.md says why.
+    assert not any("autoscaling-profile" in scripts[name].read_text() for name in VARIANTS)
 
 
 # --- the stand-in's node-pool sizing rules -----------------------------------------------------

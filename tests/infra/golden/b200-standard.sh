@@ -249,6 +249,12 @@ step 5 'Cluster credentials for kubectl'
 run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --location="$REGION"
 
 step 6 'GPU node pool'
+# Autoscaled from 0 to $NODES nodes: the cluster autoscaler adds GPU nodes when the chart's worker
+# pods cannot be scheduled and removes a node after it has been unneeded for about 10 minutes, so no
+# GPU node is billed before `helm install` or after the worker pods are gone. Location policy ANY
+# requires autoscaling and 0 initial nodes. The cluster keeps GKE's default autoscaling profile.
+# https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler
+# https://github.com/kubernetes/autoscaler/blob/master/cluster-autoscaler/FAQ.md#how-does-scale-down-work
 # eth1 on the gVNIC VPC, eth2..eth9 on the RoCE subnets: the same names as network.* in the values file.
 if ! exists gcloud container node-pools describe "$NODE_POOL" --project="$PROJECT" --cluster="$CLUSTER" \
     --location="$REGION"; then
@@ -268,8 +274,12 @@ if ! exists gcloud container node-pools describe "$NODE_POOL" --project="$PROJEC
     --additional-node-network="network=$RDMA_VPC,subnetwork=${RDMA_SUBNETS[5]}" \
     --additional-node-network="network=$RDMA_VPC,subnetwork=${RDMA_SUBNETS[6]}" \
     --additional-node-network="network=$RDMA_VPC,subnetwork=${RDMA_SUBNETS[7]}" \
-    --num-nodes="$NODES" \
-    --spot
+    --spot \
+    --enable-autoscaling \
+    --num-nodes=0 \
+    --total-min-nodes=0 \
+    --total-max-nodes="$NODES" \
+    --location-policy=ANY
 fi
 
 step 7 'NCCL RDMA installer'
