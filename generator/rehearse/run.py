@@ -185,11 +185,14 @@ def rehearse(req: Request, *, cluster: LocalCluster | None = None, write: Callab
         plan_path.write_text(json.dumps(make_plan(s, keys, ckpt, results, drill), indent=2), encoding="utf-8")
         entrypoint = f"cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m {DRIVER} {shlex.quote(str(plan_path))}"
         spec, notes = make_spec(rendered, cluster.dashboard_url, entrypoint, ckpt, drill)
+        if "max_num_steps" in spec:  # the stand-in's run is STAND_IN_STEPS long: fewer reads as a deadline stop
+            spec["max_num_steps"] = STAND_IN_STEPS
         spec_path = workdir / "launch.json"
         spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
         out.note(
             "launcher spec: the chart's launch.json with address, entrypoint (the stand-in driver), checkpoint_dir "
-            f"({ckpt}) and wait_for_files ([]) replaced, timeouts shortened" + "".join(f"; {n}" for n in notes)
+            f"({ckpt}), wait_for_files ([]) and max_num_steps ({STAND_IN_STEPS}, the stand-in's) replaced, timeouts shortened"
+            + "".join(f"; {n}" for n in notes)
         )
         launcher = Launcher(spec_path, cluster, out)
         if drill:

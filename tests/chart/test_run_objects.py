@@ -210,6 +210,13 @@ def test_an_override_repeated_in_extra_overrides_is_read_as_nemo_rl_reads_it(hel
     assert json.loads(cm["data"]["prepare.json"])["model"] == "Qwen/Qwen2.5-1.5B"
 
 
+def test_the_launch_spec_carries_the_winning_max_num_steps(helm):
+    # The launcher tells a save-deadline stop (SUCCEEDED short of it) from the run's end.
+    assert launch_json(render(helm, [values_for()]))["max_num_steps"] > 0
+    values = with_changes(values_for(), {"grpo.extraOverrides": ["++grpo.max_num_steps=7"]})
+    assert launch_json(render(helm, [values]))["max_num_steps"] == 7
+
+
 def test_a_final_launcher_exit_fails_the_job_at_once_and_an_eviction_is_not_counted(helm):
     # A timeout exits 3: retried 4 times, a 4 h wait for the preparation marker became 20 h.
     policy = jobs(render(helm))["launcher"]["spec"]["podFailurePolicy"]["rules"]

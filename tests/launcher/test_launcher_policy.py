@@ -13,6 +13,7 @@ launcher = load_chart_program("launcher")
 BASE = "nemo-rl-0123456789"
 FOLLOWING = {"follow": True, "max_restarts": 3, "checkpoint_dir": "/data/run/checkpoints"}
 NOT_FOLLOWING = {"follow": False, "max_restarts": 3}
+DEADLINED = FOLLOWING | {"max_num_steps": 20}
 
 
 def spec(**changes: Any) -> Any:
@@ -147,6 +148,66 @@ CASES = [
         0,
         True,
     ),
+    (
+        "succeeded with max_num_steps reached",
+        DEADLINED,
+        {"attempt": 1, "status": "SUCCEEDED", "step_at_submit": -1, "newest_step": 20},
+        STOP,
+        0,
+        f"run {BASE} succeeded",
+        0,
+        False,
+    ),
+    (
+        "succeeded short of max_num_steps: stopped at its save deadline, resubmitted",
+        DEADLINED,
+        {"attempt": 1, "status": "SUCCEEDED", "stalled": 1, "step_at_submit": -1, "newest_step": 7},
+        SUBMIT,
+        0,
+        f"{BASE} SUCCEEDED at step 7 of 20 (grpo.max_num_steps): it stopped at its save deadline; resubmitting (restart 1 of 3)",
+        0,
+        True,
+    ),
+    (
+        "a save-deadline stop counts against restarts",
+        DEADLINED,
+        {"attempt": 4, "status": "SUCCEEDED", "step_at_submit": 7, "newest_step": 9},
+        STOP,
+        EXIT,
+        "stopped at its save deadline; no restarts are left (3 allowed)",
+        0,
+        False,
+    ),
+    (
+        "succeeded without a checkpoint to compare: done",
+        DEADLINED,
+        {"attempt": 1, "status": "SUCCEEDED", "step_at_submit": -1, "newest_step": None},
+        STOP,
+        0,
+        f"run {BASE} succeeded",
+        0,
+        False,
+    ),
+    (
+        "failed without a new checkpoint after losing a GPU node: not counted as stalled",
+        FOLLOWING,
+        {"attempt": 2, "status": "FAILED", "stalled": 1, "step_at_submit": 4, "newest_step": 4, "lost_gpu_node": True},
+        SUBMIT,
+        0,
+        "lost a GPU node during it (a preemption): not counted toward the stall limit; resubmitting (restart 2 of 3)",
+        1,
+        True,
+    ),
+    (
+        "a GPU node lost on the last attempt: out of restarts",
+        FOLLOWING,
+        {"attempt": 4, "status": "FAILED", "stalled": 1, "step_at_submit": 4, "newest_step": 4, "lost_gpu_node": True},
+        STOP,
+        EXIT,
+        "not counted toward the stall limit and no restarts are left (3 allowed)",
+        1,
+        False,
+    ),
 ]
 
 
@@ -168,6 +229,9 @@ def test_decide(case):
         (FOLLOWING, {"attempt": 1, "status": "RUNNING", "step_at_submit": 3}, False),
         (NOT_FOLLOWING | {"checkpoint_dir": "/data/c"}, {"attempt": 1, "status": "FAILED", "step_at_submit": 3}, False),
         ({"follow": True}, {"attempt": 1, "status": "FAILED", "step_at_submit": 3}, False),  # no checkpoint folder
+        (DEADLINED, {"attempt": 1, "status": "SUCCEEDED"}, True),  # a deadline stop or the end?
+        (FOLLOWING, {"attempt": 1, "status": "SUCCEEDED"}, False),  # max_num_steps unknown
+        (DEADLINED, {"attempt": 1, "status": "SUCCEEDED", "started": True}, False),  # not following it
     ],
 )
 def test_the_checkpoint_folder_is_read_only_when_the_decision_needs_it(values, seen, wanted):

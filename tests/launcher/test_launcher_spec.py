@@ -90,6 +90,16 @@ def test_latest_step_ignores_partial_and_stray_entries(tmp_path):
     assert launcher.latest_step(str(tmp_path)) == 10
 
 
+def test_the_checkpoint_step_is_nemo_rls_own_record_when_it_can_be_read(tmp_path):
+    (tmp_path / "step_8").mkdir()
+    (tmp_path / "step_8" / "training_info.json").write_text('{"total_steps": 12, "current_step": 3}')
+    (tmp_path / "step_9").mkdir()
+    (tmp_path / "step_9" / "training_info.json").write_text("not json")
+    assert launcher.checkpoint_step(str(tmp_path), 8) == 12
+    assert launcher.checkpoint_step(str(tmp_path), 9) == 9  # unreadable: the folder's number
+    assert launcher.checkpoint_step(str(tmp_path), None) is None
+
+
 def test_spec_rendered_by_the_chart_parses(helms):
     from conftest import kinds, render
 

@@ -72,6 +72,7 @@ class Spec:
     metadata: dict[str, str] = field(default_factory=dict)
     expected_interfaces: list[str] = field(default_factory=list)
     ray_version: str = ""
+    max_num_steps: int = 0  # grpo.max_num_steps of the run; 0: unknown (a SUCCEEDED run is done)
 
     def timeout(self, name: str, default: float = UNBOUNDED_S) -> float:
         """The wait `name` in seconds. The chart's values hold the bounded ones (launcher.timeouts);
@@ -97,6 +98,10 @@ def _one_line(key: str, value: str) -> str:
 
 def _count(key: str, value: int) -> str:
     return "" if 0 <= value <= 100_000 else f"{key}: {value} is out of range 0-100000"
+
+
+def _steps(key: str, value: int) -> str:
+    return "" if 0 <= value <= 10**9 else f"{key}: {value} is out of range 0-1000000000"
 
 
 def _previous_runs(key: str, value: str) -> str:
@@ -162,6 +167,7 @@ SPEC_KEYS: dict[str, Key] = {
     "metadata": Key((dict,), check=_string_map),
     "expected_interfaces": Key((list,), check=_strings),
     "ray_version": Key((str,)),
+    "max_num_steps": Key((int,), check=_steps),
 }
 TIMEOUT_KEYS = ("files_s", "head_s", "gpus_s", "previous_s", "running_s")
 
@@ -295,6 +301,51 @@ def cluster_gpus(address: str) -> tuple[int, float]:
     return len(nodes), sum(float(n["resources"].get("GPU", 0)) for n in nodes)
 
 
+class GpuWatch:
+    """Whether the cluster lost a GPU node while an attempt ran: a GPU node seen at the start is no
+    longer alive, or the alive GPUs fell below the spec's count (what a reclaimed Spot node or an
+    evicted worker pod looks like from Ray). Looked at on every status poll and once at the end; a
+    look that cannot list the nodes (the head restarting) proves nothing and is skipped."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.start: set[str] = set()
+        self.lost = ""
+        self.look(first=True)
+
+    def look(self, first: bool = False) -> None:
+        if self.lost:
+            return
+        try:
+            nodes = alive_nodes(self.spec.address)
+        except Exception:  # the head may restart; the next look tells
+            return
+        gpu_nodes = {str(n["node_id"]) for n in nodes if float(n["resources"].get("GPU", 0)) > 0}
+        gpus = sum(float(n["resources"].get("GPU", 0)) for n in nodes)
+        if first:
+            self.start = gpu_nodes
+            return
+        if gone := sorted(self.start - gpu_nodes):
+            self.lost = f"GPU node {gone[0][:12]} is gone"
+        elif gpus < self.spec.expected_gpus:
+            self.lost = f"{gpus:g} GPUs alive, {self.spec.expected_gpus} expected"
+
+
+def checkpoint_step(checkpoint_dir: str, step: int | None) -> int | None:
+    """The training step the checkpoint step_<step> holds: NeMo RL's own record of it when it can be
+    read, else the folder's number. NeMo RL (nemo_rl/algorithms/grpo.py at v0.5.0, v0.6.0, v0.7.0)
+    names the folder after `total_steps + 1` and writes the same number as "total_steps" into the
+    folder's training_info.json (nemo_rl/utils/checkpoint.py, init_tmp_checkpoint)."""
+    if step is None:
+        return None
+    try:
+        with open(os.path.join(checkpoint_dir, f"step_{step}", "training_info.json"), "rb") as f:
+            recorded = json.loads(f.read(1 << 20)).get("total_steps")
+    except (OSError, ValueError, AttributeError):
+        return step
+    return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0 else step
+
+
 def latest_step(checkpoint_dir: str) -> int | None:
     """The newest complete step_N folder (NeMo RL writes tmp_step_N first and renames it)."""
     try:
@@ -416,7 +467,7 @@ def _retry(fn: Any, spec: Spec) -> Any:
             time.sleep(spec.poll_interval_s)
 
 
-def follow_logs(runs: Runs, job_id: str) -> str:
+def follow_logs(runs: Runs, job_id: str, on_poll: Callable[[], None] = lambda: None) -> str:
     """Stream the run's logs to stdout until it ends; the status is polled, the stream only
     feeds output (it may drop and reconnect, and ends a few seconds after the run). The whole log
     is fetched at the end only when no stream could finish: a long run's log can be larger than
@@ -459,7 +510,9 @@ def follow_logs(runs: Runs, job_id: str) -> str:
     stream = threading.Thread(target=pump, name="log-stream", daemon=True)
     stream.start()
     while (status := runs.status(job_id)) not in TERMINAL:
+        on_poll()
         time.sleep(runs.spec.poll_interval_s)
+    on_poll()
     ended.set()
     stream.join(timeout=60)
     if not complete.is_set():
@@ -556,6 +609,7 @@ class Seen:
     stalled: int = 0  # failed attempts in a row, before this one, that wrote no new checkpoint
     step_at_submit: int | None = None  # newest step (-1: none) when this launcher submitted it; None: it did not
     newest_step: int | None = None  # the newest step now (measured only when wants_progress)
+    lost_gpu_node: bool = False  # a GPU node of the cluster went away while this attempt ran
 
 
 @dataclass(frozen=True)
@@ -569,8 +623,13 @@ class Decision:
 
 def wants_progress(spec: Spec, seen: Seen) -> bool:
     """Whether `decide` needs the newest checkpoint step: after a failure of an attempt this
-    launcher submitted, when it follows the run and knows its checkpoint folder."""
-    return seen.status == "FAILED" and spec.follow and bool(spec.checkpoint_dir) and seen.step_at_submit is not None
+    launcher submitted, or after a success it followed (to tell a deadline stop from the end),
+    when it follows the run and knows its checkpoint folder."""
+    if not (spec.follow and spec.checkpoint_dir) or seen.started:
+        return False
+    if seen.status == "SUCCEEDED":
+        return spec.max_num_steps > 0
+    return seen.status == "FAILED" and seen.step_at_submit is not None
 
 
 def decide(spec: Spec, seen: Seen) -> Decision:
@@ -581,7 +640,7 @@ def decide(spec: Spec, seen: Seen) -> Decision:
     if seen.status in ACTIVE:
         return Decision(FOLLOW if spec.follow else WAIT_START, stalled=seen.stalled)
     if seen.status == "SUCCEEDED":
-        return Decision(STOP, f"run {spec.submission_id} succeeded")
+        return _after_success(spec, seen, job_id)
     if seen.status == "STOPPED":
         return Decision(
             STOP,
@@ -595,6 +654,20 @@ def decide(spec: Spec, seen: Seen) -> Decision:
     return Decision(SUBMIT, stalled=seen.stalled)
 
 
+def _after_success(spec: Spec, seen: Seen, job_id: str) -> Decision:
+    # NeMo RL with checkpointing.checkpoint_must_save_by saves and returns normally once the
+    # deadline is near (nemo_rl/algorithms/grpo.py at v0.5.0, v0.6.0 and v0.7.0: "Timeout has been
+    # reached, stopping training early"), so the job is SUCCEEDED short of grpo.max_num_steps.
+    newest = seen.newest_step
+    if not wants_progress(spec, seen) or newest is None or newest >= spec.max_num_steps:
+        return Decision(STOP, f"run {spec.submission_id} succeeded")
+    n = seen.attempt
+    short = f"{job_id} SUCCEEDED at step {newest} of {spec.max_num_steps} (grpo.max_num_steps): it stopped at its save deadline"
+    if n >= 1 + spec.max_restarts:
+        return Decision(STOP, f"{short}; no restarts are left ({spec.max_restarts} allowed)", EXIT_FINAL)
+    return Decision(SUBMIT, f"{short}; resubmitting (restart {n} of {spec.max_restarts})", after_failure=True)
+
+
 def _after_failure(spec: Spec, seen: Seen, job_id: str) -> Decision:
     # Failed attempts in a row that wrote no new step_N: a preemption costs at most the steps since
     # the last checkpoint, a failure that repeats costs a whole start-up on every GPU each time.
@@ -602,8 +675,16 @@ def _after_failure(spec: Spec, seen: Seen, job_id: str) -> Decision:
         return Decision(STOP, f"{job_id} FAILED; see `ray job logs {job_id}`", EXIT_FINAL)
     stalled, n, newest, at_submit = seen.stalled, seen.attempt, seen.newest_step, seen.step_at_submit
     out_of_restarts = n >= 1 + spec.max_restarts
+    lost_node = ""
     if wants_progress(spec, seen) and at_submit is not None:
-        stalled = stalled + 1 if _step_rank(newest) <= at_submit else 0
+        if _step_rank(newest) > at_submit:
+            stalled = 0
+        elif seen.lost_gpu_node:
+            # A preemption (a reclaimed Spot node) between two checkpoints is no repeating failure:
+            # the count is kept as it was, neither raised nor reset.
+            lost_node = "; the cluster lost a GPU node during it (a preemption): not counted toward the stall limit"
+        else:
+            stalled += 1
         if stalled >= STALLED_LIMIT and not out_of_restarts:
             return Decision(
                 STOP,
@@ -614,8 +695,10 @@ def _after_failure(spec: Spec, seen: Seen, job_id: str) -> Decision:
                 stalled,
             )
     if out_of_restarts:
-        return Decision(STOP, f"{job_id} FAILED and no restarts are left ({spec.max_restarts} allowed)", EXIT_FINAL, stalled)
-    return Decision(SUBMIT, f"{job_id} FAILED; resubmitting (restart {n} of {spec.max_restarts})", stalled=stalled, after_failure=True)
+        return Decision(STOP, f"{job_id} FAILED{lost_node} and no restarts are left ({spec.max_restarts} allowed)", EXIT_FINAL, stalled)
+    return Decision(
+        SUBMIT, f"{job_id} FAILED{lost_node}; resubmitting (restart {n} of {spec.max_restarts})", stalled=stalled, after_failure=True
+    )
 
 
 # --- the run's I/O loop -------------------------------------------------------------------------
@@ -632,7 +715,7 @@ def launch(spec: Spec) -> int:
         log(f"found {attempt_id(spec.submission_id, seen.attempt)} ({seen.status}); the same run spec is never submitted twice")
     while True:
         if wants_progress(spec, seen):
-            seen = replace(seen, newest_step=latest_step(spec.checkpoint_dir))
+            seen = replace(seen, newest_step=checkpoint_step(spec.checkpoint_dir, latest_step(spec.checkpoint_dir)))
         decision = decide(spec, seen)
         if decision.why:
             log(decision.why)
@@ -646,9 +729,10 @@ def act(runs: Runs, seen: Seen, decision: Decision) -> Seen:
     spec = runs.spec
     job_id = attempt_id(spec.submission_id, seen.attempt)
     if decision.action == FOLLOW:
-        status = follow_logs(runs, job_id)
-        log(f"{job_id} ended: {status}")
-        return replace(seen, status=status, started=False, stalled=decision.stalled)
+        watch = GpuWatch(spec)
+        status = follow_logs(runs, job_id, watch.look)
+        log(f"{job_id} ended: {status}" + (f" (the cluster lost a GPU node meanwhile: {watch.lost})" if watch.lost else ""))
+        return replace(seen, status=status, started=False, stalled=decision.stalled, lost_gpu_node=bool(watch.lost))
     if decision.action == WAIT_START:
         return replace(seen, status=wait_until_started(runs, job_id), started=True, stalled=decision.stalled)
     if decision.after_failure:
@@ -659,7 +743,8 @@ def act(runs: Runs, seen: Seen, decision: Decision) -> Seen:
     job_id = runs.submit(n)
     log(f"attempt {n} submitted as {job_id}; {where}")
     status = runs.status(job_id)
-    return Seen(n, status if status in TERMINAL else "PENDING", stalled=decision.stalled, step_at_submit=_step_rank(step))
+    at_submit = _step_rank(checkpoint_step(spec.checkpoint_dir, step))
+    return Seen(n, status if status in TERMINAL else "PENDING", stalled=decision.stalled, step_at_submit=at_submit)
 
 
 def _step_rank(step: int | None) -> int:

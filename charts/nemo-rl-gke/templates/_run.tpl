@@ -86,6 +86,7 @@ those of the launcher's SPEC_KEYS (files/launcher.py). */}}
     "expected_nodes" (add $nodes 1)
     "ray_version" (toString .Values.rayVersion)
     "checkpoint_dir" (include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "checkpointing.checkpoint_dir"))
+    "max_num_steps" (include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "grpo.max_num_steps") | atoi)
     "wait_for_files" $waitFor
     "follow" $l.follow
     "max_restarts" $l.maxRestarts
