@@ -150,3 +150,32 @@ def test_a_run_the_head_no_longer_knows_counts_as_a_failed_attempt(head, capsys)
     assert runs.status(rid) == "FAILED"
     assert runs.logs(rid) == ""
     assert f"{rid} is gone from the Ray head: its pod restarted and lost the job history" in capsys.readouterr().out
+
+
+# NeMo RL at its save deadline (checkpointing.checkpoint_must_save_by): it saves step_N, with
+# training_info.json, and returns normally; the job is SUCCEEDED short of grpo.max_num_steps.
+DEADLINE_THEN_END = """
+import json, os, sys
+ckpt = sys.argv[1]
+steps = sorted(int(n.split('_')[1]) for n in os.listdir(ckpt) if n.startswith('step_')) if os.path.isdir(ckpt) else []
+step = 4 if not steps else 8
+os.makedirs(os.path.join(ckpt, f'step_{step}'))
+open(os.path.join(ckpt, f'step_{step}', 'training_info.json'), 'w').write(json.dumps({'total_steps': step}))
+print('Timeout has been reached, stopping training early' if step < 8 else 'Max number of steps has been reached', flush=True)
+"""
+
+
+def test_a_run_stopped_at_its_save_deadline_is_resubmitted_until_max_num_steps(head, client, tmp_path):
+    rid = new_id()
+    ckpt = tmp_path / "checkpoints"
+    entry = f"{stand_in(tmp_path, 'deadline', DEADLINE_THEN_END)} {ckpt}"
+    proc = run_launcher(
+        head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, max_restarts=2,
+        checkpoint_dir=str(ckpt), max_num_steps=8,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{rid} SUCCEEDED at step 4 of 8 (grpo.max_num_steps): it stopped at its save deadline" in proc.stdout
+    assert "save deadline; resubmitting (restart 1 of 2)" in proc.stdout
+    assert f"attempt 2 submitted as {rid}-retry1; resumes from step_4 in {ckpt}" in proc.stdout
+    assert f"run {rid} succeeded" in proc.stdout
+    assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED", f"{rid}-retry1": "SUCCEEDED"}
