@@ -29,12 +29,21 @@ def with_helm_keys(node: Any) -> Any:
     return node
 
 
-def validate_values(doc: Any, release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset()) -> list[Finding]:
+def validate_values(
+    doc: Any, release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset(), *, objects: bool = True
+) -> list[Finding]:
+    """The schema; then the rules on the values and (with `objects`) on every object the chart renders."""
     doc = with_helm_keys(doc)
     schema = [error(e.path, e.message, "see the chart's values table") for e in iter_errors(doc)]
     if schema:
         return schema
-    return run_checks(doc, release_name, set_file_keys)
+    findings = run_checks(doc, release_name, set_file_keys)
+    if objects:
+        from generator.validate.objects import render_findings
+
+        named = {f.key for f in findings}
+        findings += [f for f in render_findings(doc, release_name) if f.key not in named]
+    return findings
 
 
 def has_errors(findings: list[Finding], strict: bool = False) -> bool:

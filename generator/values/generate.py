@@ -28,7 +28,7 @@ def render_text(opts: Options, argv: list[str]) -> str:
         values = build(opts)
     except ValueError as e:
         raise InputError(str(e)) from None
-    findings = validate_values(values)
+    findings = validate_values(values, objects=False)  # the chart tests render what the generator writes
     problems = [f"{f.key}: {f.message}" for f in findings if f.level == ERROR]
     if problems:
         raise InputError("the options give invalid values: " + "; ".join(problems))

@@ -171,12 +171,16 @@ def test_a_token_given_with_set_file_is_neither_printed_nor_refused(tmp_path):
         "secrets.existingSecret=",
         "--set-file",
         f"secrets.fromFiles.hfToken={token}",
+        "--set-file",  # else the chart stops: W&B logging is on and no key file is given (validate renders it)
+        f"secrets.fromFiles.wandbApiKey={token}",
         "--format",
         "json",
     )
     assert proc.returncode == 0, proc.stdout
     assert "hf_not_a_real_token" not in proc.stdout + proc.stderr
-    assert json.loads(proc.stdout)["files"][0]["file"].endswith("--set-file secrets.fromFiles.hfToken=...")
+    assert json.loads(proc.stdout)["files"][0]["file"].endswith(
+        "--set-file secrets.fromFiles.hfToken=... --set-file secrets.fromFiles.wandbApiKey=..."
+    )
 
 
 def test_a_layer_helm_cannot_read_is_one_line(tmp_path):

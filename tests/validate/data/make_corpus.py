@@ -588,6 +588,116 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["image"].update(tag="v0.4.0"),
     ),
+    # rendered objects (issue 16 item 3)
+    "obj-toleration-exists-value": (
+        "a toleration with operator Exists and a value (the API server refuses it)",
+        "workerGroups[0].tolerations[0].value",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(
+            tolerations=[{"key": "dedicated", "operator": "Exists", "value": "gpu", "effect": "NoSchedule"}]
+        ),
+    ),
+    "obj-toleration-effect": (
+        "a toleration effect that is no taint effect",
+        "head.tolerations[0].effect",
+        True,
+        {},
+        lambda v: v["head"].update(tolerations=[{"key": "pool", "operator": "Equal", "value": "system", "effect": "NoScheduling"}]),
+    ),
+    "obj-label-value": (
+        "a label value with a space (label value syntax)",
+        "workerGroups[0].labels.team",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(labels={"team": "ml research"}),
+    ),
+    "obj-label-key-long": (
+        "a label name longer than 63 characters",
+        "commonLabels." + "c" * 64,
+        False,
+        {},
+        lambda v: v.update(commonLabels={"c" * 64: "x"}),
+    ),
+    "obj-launcher-limit-below-request": (
+        "the launcher's memory limit below its request",
+        "launcher.resources.limits.memory",
+        False,
+        {},
+        lambda v: v["launcher"]["resources"].update(requests={"cpu": "250m", "memory": "4Gi"}, limits={"memory": "2Gi"}),
+    ),
+    "obj-cpu-unit": (
+        "cpu: 250 meant as 250m (more CPUs than any node has)",
+        "launcher.resources.requests.cpu",
+        False,
+        {},
+        lambda v: v["launcher"]["resources"]["requests"].update(cpu="250"),
+    ),
+    "obj-selector-contradicts": (
+        "a worker node selector naming another accelerator than the chart's",
+        "workerGroups[0].nodeSelector.cloud.google.com/gke-accelerator",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(nodeSelector={"cloud.google.com/gke-accelerator": "nvidia-b200"}),
+    ),
+    "obj-spot-on-reservation": (
+        "a Spot selector on a reservation group",
+        "workerGroups[0].nodeSelector.cloud.google.com/gke-spot",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(
+            provisioning="reservation", reservationName="res-a", nodeSelector={"cloud.google.com/gke-spot": "true"}
+        ),
+    ),
+    "obj-group-named-head": (
+        "a worker group named head (Kueue's pod set of the head)",
+        "workerGroups[0].name",
+        False,
+        {},
+        lambda v: v["workerGroups"][0].update(name="head"),
+    ),
+    "obj-num-gpus-worker": (
+        "num-gpus in the workers' rayStartParams other than the GPUs per node",
+        "worker.rayStartParams.num-gpus",
+        False,
+        {},
+        lambda v: v["worker"].update(rayStartParams={"num-gpus": "4"}),
+    ),
+    "obj-num-gpus-head": (
+        "num-gpus on the CPU head",
+        "head.rayStartParams.num-gpus",
+        False,
+        {},
+        lambda v: v["head"].update(rayStartParams={"num-gpus": "1"}),
+    ),
+    "obj-object-store-above-shm": (
+        "object-store-memory above the head's /dev/shm",
+        "head.rayStartParams.object-store-memory",
+        False,
+        {},
+        lambda v: v["head"].update(rayStartParams={"object-store-memory": str(20 * 2**30)}),
+    ),
+    "obj-extra-env-hf-home": (
+        "extraEnv setting HF_HOME, which the chart sets",
+        "extraEnv[0].name",
+        False,
+        {},
+        lambda v: v.update(extraEnv=[{"name": "HF_HOME", "value": "/tmp/hf"}]),
+    ),
+    "obj-extra-env-nccl": (
+        "extraEnv setting an NCCL_ variable the chart sets",
+        "extraEnv[0].name",
+        False,
+        {},
+        lambda v: v.update(extraEnv=[{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]),
+    ),
+    "obj-chart-required": (
+        "kueue on without a queue name (the chart's own required message)",
+        "kueue.queueName",
+        False,
+        {},
+        lambda v: v["kueue"].update(enabled=True, queueName=""),
+    ),
 }
 
 
@@ -624,6 +734,24 @@ VALID_CASES: dict[str, tuple[str, dict[str, Any], Mutation]] = {
         "an extra override adding a new key with '+'",
         {},
         lambda v: v["grpo"].update(extraOverrides=["+foo.bar=1"]),
+    ),
+    "toleration-exists-no-value": (
+        "a toleration with operator Exists and no value",
+        {},
+        lambda v: v["workerGroups"][0].update(tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]),
+    ),
+    "labels-and-selectors": (
+        "a team label, a prefixed commonLabel and a node-pool selector",
+        {},
+        lambda v: (
+            v.update(commonLabels={"example.com/cost-center": "ml-42"}),
+            v["workerGroups"][0].update(labels={"team": "ml_research.a"}, nodeSelector={"cloud.google.com/gke-nodepool": "gpu-pool"}),
+        ),
+    ),
+    "num-gpus-matching": (
+        "num-gpus equal to the GPUs per node and an object store within /dev/shm",
+        {},
+        lambda v: v["worker"].update(rayStartParams={"num-gpus": "8", "object-store-memory": str(100 * 2**30)}),
     ),
 }
 
