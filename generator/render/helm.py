@@ -19,6 +19,15 @@ class HelmError(Exception):
     """Helm exited non-zero; the message is Helm's own error text."""
 
 
+def helm_env() -> dict[str, str]:
+    """The environment Helm runs in: away from the user's kube context, caches and plugins."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
+    state = ROOT / ".cache" / "helm"
+    env.update(HELM_CACHE_HOME=str(state / "cache"), HELM_CONFIG_HOME=str(state / "config"), HELM_DATA_HOME=str(state / "data"))
+    env["KUBECONFIG"] = "/dev/null"
+    return env
+
+
 @dataclass(frozen=True)
 class Helm:
     path: Path
@@ -29,12 +38,7 @@ class Helm:
         return int(self.version.lstrip("v").split(".")[0])
 
     def run(self, args: Sequence[str]) -> str:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
-        # Keep Helm away from the user's kube context, caches and plugins.
-        state = ROOT / ".cache" / "helm"
-        env.update(HELM_CACHE_HOME=str(state / "cache"), HELM_CONFIG_HOME=str(state / "config"), HELM_DATA_HOME=str(state / "data"))
-        env["KUBECONFIG"] = "/dev/null"
-        proc = subprocess.run([str(self.path), *args], capture_output=True, text=True, env=env, check=False)
+        proc = subprocess.run([str(self.path), *args], capture_output=True, text=True, env=helm_env(), check=False)
         if proc.returncode != 0:
             raise HelmError((proc.stderr or proc.stdout).strip())
         return proc.stdout

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from typing import Any
 
 from generator.gke.profiles import PROFILES
 from generator.gke.sizing import parse_quantity
+from generator.paths import CHART_DIR
+from generator.render.helm import DEFAULT_NAMESPACE, helm_env
 from generator.validate.findings import Finding, error, warning
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
@@ -363,20 +366,38 @@ def chart_failure(text: str, values: dict[str, Any] | None = None) -> Finding:
     return error(chart_message_key(message, values), message, "the chart stops the install with this message")
 
 
+class Rendering:
+    """The pinned Helm 4 rendering `values` in the background (it runs while the Python rules do)."""
+
+    def __init__(self, values: dict[str, Any], release: str) -> None:
+        from generator.render.helm import HelmMissing, default_helm
+
+        self.values = values
+        self.problem: Finding | None = None
+        self.proc: subprocess.Popen[str] | None = None
+        try:
+            helm = default_helm()
+        except HelmMissing as e:
+            self.problem = warning("(chart)", f"objects not checked: {e}", "run scripts/bootstrap.sh")
+            return
+        self._tmp = tempfile.TemporaryDirectory()
+        path = Path(self._tmp.name) / "values.json"
+        path.write_text(json.dumps(values), encoding="utf-8")
+        args = [str(helm.path), "template", release, str(CHART_DIR), "--namespace", DEFAULT_NAMESPACE, "-f", str(path)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=helm_env())
+
+    def findings(self) -> list[Finding]:
+        from generator.render.manifests import parse_documents
+
+        if self.proc is None:
+            return [self.problem] if self.problem else []
+        out, err = self.proc.communicate()
+        self._tmp.cleanup()
+        if self.proc.returncode != 0:
+            return [chart_failure((err or out).strip(), self.values)]
+        return check_objects(parse_documents(out), self.values)
+
+
 def render_findings(values: dict[str, Any], release: str) -> list[Finding]:
     """Render `values` (already merged over the chart defaults) with the pinned Helm 4; the findings."""
-    from generator.render.helm import HelmError, HelmMissing, default_helm
-    from generator.render.manifests import parse_documents
-
-    try:
-        helm = default_helm()
-    except HelmMissing as e:
-        return [warning("(chart)", f"objects not checked: {e}", "run scripts/bootstrap.sh")]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "values.json"
-        path.write_text(json.dumps(values), encoding="utf-8")
-        try:
-            text = helm.template([path], release=release)
-        except HelmError as e:
-            return [chart_failure(str(e), values)]
-    return check_objects(parse_documents(text), values)
+    return Rendering(values, release).findings()

@@ -34,15 +34,20 @@ def validate_values(
 ) -> list[Finding]:
     """The schema; then the rules on the values and (with `objects`) on every object the chart renders."""
     doc = with_helm_keys(doc)
+    rendering = None
+    if objects and isinstance(doc, dict):
+        from generator.validate.objects import Rendering
+
+        rendering = Rendering(doc, release_name)  # Helm renders while the schema and the rules run
     schema = [error(e.path, e.message, "see the chart's values table") for e in iter_errors(doc)]
     if schema:
+        if rendering is not None and rendering.proc is not None:
+            rendering.proc.communicate()
         return schema
     findings = run_checks(doc, release_name, set_file_keys)
-    if objects:
-        from generator.validate.objects import render_findings
-
+    if rendering is not None:
         named = {f.key for f in findings}
-        findings += [f for f in render_findings(doc, release_name) if f.key not in named]
+        findings += [f for f in rendering.findings() if f.key not in named]
     return findings
 
 

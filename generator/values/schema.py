@@ -75,9 +75,9 @@ def validator_class() -> Any:
 @cache
 def _validator() -> Any:
     cls = validator_class()
-    schema = load_schema()
-    cls.check_schema(schema)
-    return cls(schema)
+    # The schema's own validity against the 2020-12 metaschema is a test (tests/values/test_schema.py):
+    # checking it here cost every `validate` a third of a second.
+    return cls(load_schema())
 
 
 @dataclass(frozen=True)

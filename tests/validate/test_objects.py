@@ -41,3 +41,17 @@ def test_a_fail_message_names_the_release_override():
 
 def test_the_tutorial_renders_with_no_object_finding():
     assert render_findings(tutorial(), "nemo-rl") == []
+
+
+def test_pull_policy_never_without_a_preloaded_image_is_a_warning():
+    v = copy.deepcopy(tutorial())
+    v["image"]["pullPolicy"] = "Never"
+    findings = render_findings(v, "nemo-rl")
+    assert [(f.key, f.level) for f in findings] == [("image.pullPolicy", "warning")]
+
+
+def test_toleration_seconds_need_no_execute_in_the_launcher_jobs_too():
+    v = copy.deepcopy(tutorial())
+    v["launcher"]["tolerations"] = [{"key": "pool", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30}]
+    findings = render_findings(v, "nemo-rl")
+    assert [f.key for f in findings] == ["launcher.tolerations[0].tolerationSeconds"]
