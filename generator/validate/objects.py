@@ -10,7 +10,7 @@ API rules follow kubernetes/kubernetes pkg/apis/core/validation/validation.go:
 - ValidateTolerations: operator Exists takes no value; operator is Equal or Exists; an empty key
   needs Exists; effect is NoSchedule, PreferNoSchedule or NoExecute; tolerationSeconds only with
   NoExecute.
-- ValidateResourceRequirements: a request above its limit is refused ("must be less than or
+- ValidateContainerResourceRequirements: a request above its limit is refused ("must be less than or
   equal to ... limit").
 - ValidatePodSpec: nodeSelector keys and values are label keys and values (ValidateLabels).
 - ValidateObjectMeta: metadata.labels (ValidateLabels, k8s.io/apimachinery
