@@ -16,6 +16,7 @@ from generator import cli
 from generator.gke.profiles import PROFILES, AcceleratorProfile
 from generator.paths import CHART_DIR
 from generator.render.helm import Helm
+from generator.validate import objects
 from generator.validate.findings import ERROR
 from generator.validate.values import validate_values
 from generator.values import schema, sync
@@ -51,6 +52,11 @@ def x100(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     schema_file.write_text(synced_schema_text(schema.SCHEMA_PATH.read_text(encoding="utf-8")), encoding="utf-8")
     monkeypatch.setattr(schema, "SCHEMA_PATH", schema_file)
     monkeypatch.setattr(sync, "SCHEMA_PATH", schema_file)
+    # validate renders the chart: give it the chart as scripts/sync.sh then leaves it (the new schema)
+    chart = tmp_path / "synced-chart"
+    shutil.copytree(CHART_DIR, chart)
+    shutil.copy(schema_file, chart / "values.schema.json")
+    monkeypatch.setattr(objects, "CHART_DIR", chart)
     _clear_schema_caches()
     yield schema_file
     _clear_schema_caches()
