@@ -4,7 +4,7 @@ from pathlib import Path
 
 # What `python -m generator` needs at run time (pyproject.toml's dependencies), checked before
 # anything imports them, so a Python outside the project's virtualenv gets one line, not a traceback.
-RUNTIME_MODULES = ("yaml", "ruamel.yaml", "jsonschema", "kubernetes_validate")
+RUNTIME_MODULES = ("yaml", "ruamel.yaml", "jsonschema", "kubernetes_validate", "hydra", "omegaconf")
 
 
 def _missing() -> list[str]:

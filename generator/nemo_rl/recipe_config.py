@@ -1,30 +1,35 @@
 """NeMo RL recipe configs: merge a recipe's `defaults:` chain and apply command-line overrides
-with NeMo RL's rules, so a wrong key or a wrong `+` is caught before a GPU is paid for.
+with the libraries NeMo RL itself uses, so a wrong key, a wrong `+` or a wrong value is caught
+before a GPU is paid for.
 
-Rules (Hydra's override grammar, as NeMo RL applies it):
-  key=value    the key must exist in the merged config;
-  +key=value   the key must not exist yet (or be null); missing parents are created;
+NeMo RL v0.7.0 (nemo_rl/utils/config.py: `load_config_with_inheritance`, `merge_with_override`,
+`parse_hydra_overrides`) loads a recipe with OmegaConf, merges it over its `defaults:` chain with
+`OmegaConf.merge` (a section marked `_override_: true` replaces the parent's), turns on struct mode
+and applies the overrides with Hydra's `OverridesParser` and `ConfigLoaderImpl._apply_overrides_to_config`.
+This module calls the same functions (hydra-core and omegaconf, pinned in requirements/user.in):
+  key=value    the key must exist in the merged config (struct mode);
+  +key=value   the key must not exist yet; missing parents are created;
   ++key=value  sets the key whether or not it exists.
-Values: true/false (any case) are booleans, null is None, numbers are numbers, else strings.
+Values follow Hydra's override grammar (https://hydra.cc/docs/advanced/override_grammar/basic/).
+On top of Hydra, `check_overrides` reports every problem at once, suggests the spelling of a near
+miss, checks a value's type against the recipe's value, and refuses values NeMo RL or vLLM refuse
+at start.
 """
 
 from __future__ import annotations
 
-import copy
 import difflib
-import re
 import shlex
-import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-import yaml
-
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_INT = re.compile(r"^[+-]?\d+$")
-_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override as HydraOverride
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 class OverrideError(ValueError):
@@ -33,43 +38,86 @@ class OverrideError(ValueError):
         self.fix = fix  # how to fix it, when the usual "write key=value" does not apply
 
 
-def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in child.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# --- the recipe, as NeMo RL loads it -------------------------------------------------------------
+
+
+def _merge(base: DictConfig, child: DictConfig) -> DictConfig:
+    """NeMo RL's `merge_with_override`: OmegaConf.merge, where `_override_: true` replaces a section."""
+    for key in list(child.keys()):
+        node = child[key]
+        if isinstance(node, DictConfig) and node.get("_override_", False):
+            node.pop("_override_")
+            if key in base:
+                base.pop(key)
+    return cast(DictConfig, OmegaConf.merge(base, child))
+
+
+def _load(path: Path) -> DictConfig:
+    config = OmegaConf.load(path)
+    if not isinstance(config, DictConfig):
+        raise OverrideError(f"{path}: a recipe must be a mapping")
+    if "defaults" in config:
+        parents = config.pop("defaults")
+        names = [str(parents)] if isinstance(parents, str) else [str(p) for p in parents] if isinstance(parents, ListConfig) else []
+        base = OmegaConf.create({})
+        for name in names:
+            parent = Path(name) if name.startswith("/") else path.parent / name
+            base = _merge(base, _load(parent))
+        config = _merge(base, config)
+    return config
+
+
+@lru_cache(maxsize=32)
+def _load_cached(path: Path, mtime: float) -> dict[str, Any]:
+    return cast(dict[str, Any], OmegaConf.to_container(_load(path), resolve=False))
 
 
 def load_recipe(path: Path) -> dict[str, Any]:
-    """The recipe merged over its `defaults:` chain (paths relative to each file)."""
-    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader) or {}  # noqa: S506 - a safe loader
-    parents = doc.pop("defaults", None)
-    merged: dict[str, Any] = {}
-    for parent in [parents] if isinstance(parents, str) else parents or []:
-        merged = _merge(merged, load_recipe((path.parent / parent).resolve()))
-    return _merge(merged, doc)
+    """The recipe merged over its `defaults:` chain (paths relative to each file), as NeMo RL merges it."""
+    path = path.resolve()
+    return _deepcopy(_load_cached(path, path.stat().st_mtime))
 
 
-def parse_value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low == "null":
-        return None
-    if _INT.fullmatch(text):
-        try:
-            return int(text)
-        except ValueError:  # more digits than Python (so Hydra, in NeMo RL) converts
-            digits = len(text.lstrip("+-"))
-            raise OverrideError(
-                f"a number with {digits} digits: NeMo RL cannot read it", f"write at most {sys.get_int_max_str_digits()} digits"
-            ) from None
-    if _FLOAT.fullmatch(text):
-        return float(text)
-    return text
+def _deepcopy(config: dict[str, Any]) -> dict[str, Any]:
+    return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.create(config), resolve=False))
+
+
+# --- one override, parsed by Hydra ---------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _parser() -> OverridesParser:
+    return OverridesParser.create()
+
+
+def _hydra_parse(arg: str) -> HydraOverride:
+    try:
+        return _parser().parse_override(arg)
+    except Exception as e:  # Hydra's OverrideParseException, or a value Python cannot hold
+        raise OverrideError(
+            f"{arg!r}: Hydra cannot parse it: {_one_line(e)}", "see https://hydra.cc/docs/advanced/override_grammar/basic/"
+        ) from None
+
+
+def _text(value: Any) -> str:
+    """A Python value written back in Hydra's grammar."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list):
+        return "[" + ",".join(_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_text(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -77,61 +125,194 @@ class Override:
     prefix: str  # "", "+" or "++"
     key: str
     value: Any
+    hydra: HydraOverride | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, arg: str) -> Override:
-        m = re.fullmatch(r"^(\+{0,2})([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.*)$", arg)
-        if not m:
-            raise OverrideError(f"{arg!r} is not an override of the form [+|++]key=value")
-        return cls(m.group(1), m.group(2), parse_value(m.group(3)))
+        ov = _hydra_parse(arg)
+        if ov.is_sweep_override() or ov.is_delete() or ov.package is not None:
+            raise OverrideError(f"{arg!r}: a sweep, a deletion (~) or a package (@): NeMo RL sets values only", "write key=value")
+        prefix = "++" if ov.is_force_add() else "+" if ov.is_add() else ""
+        try:
+            value = ov.value()
+        except Exception as e:
+            raise OverrideError(f"{arg!r}: Hydra cannot read its value: {_one_line(e)}") from None
+        return cls(prefix, ov.key_or_group, value, ov)
+
+    def to_hydra(self) -> HydraOverride:
+        return self.hydra if self.hydra is not None else _hydra_parse(f"{self.prefix}{self.key}={_text(self.value)}")
+
+    def __str__(self) -> str:
+        return f"{self.prefix}{self.key}={_text(self.value)}"
+
+
+def parse_value(text: str) -> Any:
+    """A value as Hydra's grammar reads it (true/false in any case, null, numbers, lists, strings)."""
+    return Override.parse(f"k={text}").value
 
 
 _MISSING = object()
 W = TypeVar("W")  # where an override was given
 
 
-def lookup(config: dict[str, Any], key: str, default: Any = _MISSING) -> Any:
+def lookup(config: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
     """The value at a dotted key, or `default` when a part of the path is missing."""
     node: Any = config
     for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if not isinstance(node, Mapping) or part not in node:
             return default
         node = node[part]
     return node
 
 
-def dotted_keys(config: dict[str, Any], prefix: str = "") -> list[str]:
+def dotted_keys(config: Mapping[str, Any], prefix: str = "") -> list[str]:
     """Every key of a nested config, as dotted paths (maps and leaves)."""
     out = []
     for k, v in config.items():
         key = f"{prefix}{k}"
         out.append(key)
-        if isinstance(v, dict):
+        if isinstance(v, Mapping):
             out.extend(dotted_keys(v, key + "."))
     return out
 
 
+# --- values the recipe's types and NeMo RL / vLLM refuse ---------------------------------------
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return None if "${" in value else "str"
+    return None
+
+
+def _type_problem(key: str, old: Any, new: Any) -> OverrideError | None:
+    """A value of another type than the recipe's (Hydra itself accepts any: NeMo RL fails later)."""
+    want, got = _kind(old), _kind(new)
+    if want is None or new is None or got == want:
+        return None
+    if want == "float" and got == "int":
+        return None
+    if want == "str" and got in ("int", "float"):
+        return None  # a number where a name is expected: often intended (a run name "1"), NeMo RL str()s it
+    shown = _text(new)
+    if want == "bool":
+        return OverrideError(f"{key}={shown}: the recipe's value is a boolean ({_text(old)})", f"write {key}=true or {key}=false")
+    if want == "int":
+        return OverrideError(f"{key}={shown}: the recipe's value is a whole number ({old})", f"write a whole number, e.g. {key}={old}")
+    if want == "float":
+        return OverrideError(f"{key}={shown}: the recipe's value is a number ({old})", f"write a number, e.g. {key}={old}")
+    return OverrideError(f"{key}={shown}: the recipe's value is a string ({old!r})", f"write {key}=<text>")
+
+
+@dataclass(frozen=True)
+class Bound:
+    test: Callable[[float], bool]
+    rule: str  # what NeMo RL or vLLM demands, as a sentence
+    fix: str
+
+
+BOUNDS: dict[str, Bound] = {
+    # vLLM's CacheConfig: "GPU memory utilization must be less than 1.0" / must be > 0 (a fraction of the GPU).
+    "policy.generation.vllm_cfg.gpu_memory_utilization": Bound(
+        lambda x: 0 < x <= 1, "vLLM refuses a GPU memory fraction outside (0, 1]", "use a fraction such as 0.6"
+    ),
+    "policy.dtensor_cfg.tensor_parallel_size": Bound(lambda x: x >= 1, "a tensor-parallel size is at least 1", "use 1 or more"),
+    "policy.generation.vllm_cfg.tensor_parallel_size": Bound(lambda x: x >= 1, "a tensor-parallel size is at least 1", "use 1 or more"),
+    "grpo.num_generations_per_prompt": Bound(lambda x: x >= 1, "GRPO needs at least one generation per prompt", "use 2 or more"),
+    "grpo.num_prompts_per_step": Bound(lambda x: x >= 1, "GRPO needs at least one prompt per step", "use 1 or more"),
+    "grpo.max_num_steps": Bound(lambda x: x >= 1, "a run of no steps trains nothing", "use 1 or more"),
+}
+
+
+def _bound_problem(key: str, value: Any) -> OverrideError | None:
+    bound = BOUNDS.get(key)
+    if bound is None or isinstance(value, bool) or not isinstance(value, int | float) or bound.test(value):
+        return None
+    return OverrideError(f"{key}={_text(value)}: {bound.rule}", bound.fix)
+
+
+# --- applying overrides ---------------------------------------------------------------------------
+
+
+def _struct(config: Mapping[str, Any]) -> DictConfig:
+    cfg = OmegaConf.create(dict(config))
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def _apply(cfg: DictConfig, plain: Mapping[str, Any], ov: Override) -> None:
+    """One override, applied by Hydra as NeMo RL applies it; its problems as an OverrideError."""
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config(overrides=[ov.to_hydra()], cfg=cfg)
+    except Exception as e:
+        hydra = _one_line(e)
+        if ov.prefix == "" and lookup(plain, ov.key) is _MISSING:
+            near = difflib.get_close_matches(ov.key, dotted_keys(plain), n=1, cutoff=0.8)
+            fix = f"did you mean {near[0]}?" if near else f"check its spelling, or add a new key with '+{ov.key}=...'"
+            raise OverrideError(f"{ov.key}: not in the recipe's config (Hydra: {hydra})", fix) from None
+        if ov.prefix == "+":
+            raise OverrideError(f"+{ov.key}: already in the recipe's config (Hydra: {hydra})", f"write {ov.key}=... without '+'") from None
+        raise OverrideError(f"{ov}: Hydra refuses it: {hydra}") from None
+
+
+def _check_value(plain: Mapping[str, Any], ov: Override) -> OverrideError | None:
+    old = lookup(plain, ov.key)
+    return (_type_problem(ov.key, old, ov.value) if old is not _MISSING else None) or _bound_problem(ov.key, ov.value)
+
+
+def check_overrides(
+    config: Mapping[str, Any], entries: Iterable[tuple[W, str]]
+) -> tuple[dict[str, Any], list[tuple[W, str, OverrideError]]]:
+    """Apply every override in order, as NeMo RL does, and collect every problem instead of stopping
+    at the first: (the config with every good override applied, [(where, key, problem)]).
+    `key` is the override's key, or its whole text when Hydra cannot parse it."""
+    plain = _deepcopy(dict(config))
+    cfg = _struct(plain)
+    problems: list[tuple[W, str, OverrideError]] = []
+    for where, arg in entries:
+        try:
+            ov = Override.parse(arg)
+        except OverrideError as e:
+            problems.append((where, arg, e))
+            continue
+        try:
+            _apply(cfg, plain, ov)
+        except OverrideError as e:
+            problems.append((where, ov.key, e))
+            continue
+        if (bad := _check_value(plain, ov)) is not None:
+            problems.append((where, ov.key, bad))
+        plain = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
+    return plain, problems
+
+
 def apply_override(config: dict[str, Any], ov: Override) -> None:
-    current = lookup(config, ov.key)
-    if ov.prefix == "" and current is _MISSING:
-        near = difflib.get_close_matches(ov.key, dotted_keys(config), n=1, cutoff=0.8)
-        fix = f"did you mean {near[0]}?" if near else f"check its spelling, or add a new key with '+{ov.key}=...'"
-        raise OverrideError(f"{ov.key}={ov.value}: key not in the recipe's config", fix)
-    if ov.prefix == "+" and current is not _MISSING and current is not None:
-        raise OverrideError(f"+{ov.key}: key already in the recipe's config", f"write {ov.key}=... without '+'")
-    node = config
-    parts = ov.key.split(".")
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    node[parts[-1]] = ov.value
+    """Apply one override in place; an OverrideError names what NeMo RL would refuse."""
+    cfg = _struct(config)
+    _apply(cfg, config, ov)
+    bad = _check_value(config, ov)
+    if bad is not None:
+        raise bad
+    config.clear()
+    config.update(cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)))
 
 
 def apply_overrides(config: dict[str, Any], args: list[str]) -> dict[str, Any]:
-    out = copy.deepcopy(config)
-    for arg in args:
-        apply_override(out, Override.parse(arg))
+    """Every override applied; the first problem as an OverrideError (all of them in its message
+    when there are several: `check_overrides` returns them one by one)."""
+    out, problems = check_overrides(config, ((i, a) for i, a in enumerate(args)))
+    if problems:
+        first = problems[0][2]
+        if len(problems) == 1:
+            raise first
+        rest = "; ".join(str(p) for _, _, p in problems[1:])
+        raise OverrideError(f"{first} (and {len(problems) - 1} more: {rest})", first.fix)
     return out
 
 

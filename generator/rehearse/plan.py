@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from generator.nemo_rl.recipe_config import Override, OverrideError, apply_overrides, lookup, parse_entrypoint
+from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, lookup, parse_entrypoint
 from generator.nemo_rl.releases import release
 from generator.values.files import InputError
 from generator.vendored import load_release_recipe
@@ -51,11 +51,10 @@ def settings(tag: str, entrypoint: str) -> Settings:
     except OverrideError as e:
         raise InputError(f"launch.json entrypoint: {e}") from None
     base = load_release_recipe(tag, command.recipe)
-    try:
-        cfg = apply_overrides(base, command.overrides)
-    except OverrideError as e:
-        fix = f" - {e.fix}" if e.fix else ""
-        raise RunConfigError(f"OverridesError: Failed to parse Hydra overrides: {e}{fix}") from None
+    cfg, problems = check_overrides(base, list(enumerate(command.overrides)))
+    if problems:  # every one of them, each with its fix (the same check as `validate`)
+        lines = [f"{e}" + (f" - {e.fix}" if e.fix else "") for _, _, e in problems]
+        raise RunConfigError("OverridesError: Failed to parse Hydra overrides: " + "; ".join(lines))
     rel = release(tag)
     num_nodes = _int(cfg, "cluster.num_nodes", 1) or 0
     gpus_per_node = _int(cfg, "cluster.gpus_per_node", 1) or 0

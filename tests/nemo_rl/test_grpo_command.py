@@ -61,10 +61,10 @@ def test_recipe_defaults_chain_is_merged():
 @pytest.mark.parametrize(
     ("arg", "message"),
     [
-        ("grpo.max_num_step=3", "key not in the recipe's config"),
+        ("grpo.max_num_step=3", "not in the recipe's config .Hydra: Could not override"),
         ("+grpo.max_num_steps=3", "already in the recipe's config"),
-        ("data.train_data_path=/x", "key not in the recipe's config"),
-        ("grpo max=3", "not an override"),
+        ("data.train_data_path=/x", "not in the recipe's config"),
+        ("grpo max=3", "Hydra cannot parse it"),
     ],
 )
 def test_override_rules_reject(arg, message):
@@ -265,3 +265,23 @@ def test_apply_override_creates_missing_parents_for_plus():
     cfg: dict = {"a": {"b": 1}}
     apply_override(cfg, Override("+", "x.y.z", 3))
     assert cfg["x"] == {"y": {"z": 3}}
+
+
+def test_every_override_problem_is_reported_at_once():
+    from generator.nemo_rl.recipe_config import check_overrides
+
+    cfg = recipe_config("v0.7.0", "examples/configs/grpo_math_1B.yaml")
+    args = [
+        "grpo.val_perod=10",
+        "checkpointing.enabled=yes",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=1.5",
+        "grpo.max_num_steps= 300",
+    ]
+    out, problems = check_overrides(cfg, list(enumerate(args)))
+    assert [(i, key) for i, key, _ in problems] == [
+        (0, "grpo.val_perod"),
+        (1, "checkpointing.enabled"),
+        (2, "policy.generation.vllm_cfg.gpu_memory_utilization"),
+    ]
+    assert problems[0][2].fix == "did you mean grpo.val_period?"
+    assert out["grpo"]["max_num_steps"] == 300  # Hydra trims the space after '='

@@ -1,12 +1,12 @@
 """The run's recipe: the chosen release's own config (carried under vendor/nemo-rl/), merged over
-its `defaults:` chain, with every override applied in order as NeMo RL applies them."""
+its `defaults:` chain, with every override applied in order as NeMo RL applies them (Hydra and
+OmegaConf: generator/nemo_rl/recipe_config.py). Every problem is reported, not only the first."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 
-from generator.nemo_rl.recipe_config import Override, OverrideError, apply_override
+from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, grpo_override_args
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
 from generator.vendored import MissingDataError, carried_releases, load_release_recipe
@@ -17,17 +17,17 @@ def check(ctx: Context) -> Iterator[Finding]:
         return
     tag = ctx.values["image"]["tag"]
     try:
-        config = copy.deepcopy(load_release_recipe(tag, ctx.grpo["recipe"]))
+        config = load_release_recipe(tag, ctx.grpo["recipe"])
     except MissingDataError as e:
         yield error("image.tag" if tag not in carried_releases() else "grpo.recipe", e.message, e.fix)
         return
-    for list_name in ("overrides", "extraOverrides"):
-        for arg in ctx.grpo.get(list_name) or []:
-            try:
-                ov = Override.parse(str(arg))
-            except OverrideError:
-                continue  # a syntax error: reported by the nemo_rl rules
-            try:
-                apply_override(config, ov)
-            except OverrideError as e:
-                yield error(f"grpo.{list_name}[{ov.key}]", f"{e} ({tag}'s {ctx.grpo['recipe']})", e.fix)
+    entries = []
+    for where, arg in grpo_override_args(ctx.grpo):
+        try:
+            Override.parse(arg)
+        except OverrideError:
+            continue  # Hydra's grammar refuses it: reported by the nemo_rl rules, with Hydra's message
+        entries.append((where.split("[", 1)[0], arg))
+    _, problems = check_overrides(config, entries)
+    for list_name, key, e in problems:
+        yield error(f"{list_name}[{key}]", f"{e} ({tag}'s {ctx.grpo['recipe']})", e.fix)

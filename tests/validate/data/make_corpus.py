@@ -698,6 +698,34 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["kueue"].update(enabled=True, queueName=""),
     ),
+    "nemo-override-wrong-type": (
+        "an extra override giving a string where the recipe has a boolean",
+        "grpo.extraOverrides[checkpointing.enabled]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["checkpointing.enabled=yes"]),
+    ),
+    "nemo-override-float-for-int": (
+        "an extra override giving a fraction where the recipe has a whole number",
+        "grpo.extraOverrides[grpo.val_period]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["grpo.val_period=2.5"]),
+    ),
+    "nemo-gpu-memory-above-one": (
+        "vLLM's gpu_memory_utilization above 1 (vLLM refuses it at start)",
+        "grpo.extraOverrides[policy.generation.vllm_cfg.gpu_memory_utilization]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["policy.generation.vllm_cfg.gpu_memory_utilization=1.5"]),
+    ),
+    "nemo-override-hydra-grammar": (
+        "an extra override Hydra's grammar refuses (an unclosed bracket)",
+        "grpo.extraOverrides[0]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["grpo.max_num_steps=[300"]),
+    ),
 }
 
 
@@ -752,6 +780,11 @@ VALID_CASES: dict[str, tuple[str, dict[str, Any], Mutation]] = {
         "num-gpus equal to the GPUs per node and an object store within /dev/shm",
         {},
         lambda v: v["worker"].update(rayStartParams={"num-gpus": "8", "object-store-memory": str(100 * 2**30)}),
+    ),
+    "extra-override-int-for-float": (
+        "a whole number where the recipe has a float (Hydra and NeMo RL accept it)",
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["policy.generation.vllm_cfg.gpu_memory_utilization=1"]),
     ),
 }
 
