@@ -5,10 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from generator.validate.findings import Finding
-from generator.validate.rules import accelerator, autopilot, names, nemo_rl, networks, operations, recipe, resources, secrets, storage
+from generator.validate.rules import (
+    accelerator,
+    autopilot,
+    model_facts,
+    names,
+    nemo_rl,
+    networks,
+    operations,
+    recipe,
+    resources,
+    secrets,
+    storage,
+)
 from generator.validate.rules.context import Context
 
-RULES = (accelerator, autopilot, resources, networks, nemo_rl, recipe, storage, names, secrets, operations)
+RULES = (accelerator, autopilot, resources, networks, nemo_rl, recipe, model_facts, storage, names, secrets, operations)
 
 
 def run_checks(values: dict[str, Any], release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset()) -> list[Finding]:

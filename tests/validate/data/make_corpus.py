@@ -726,6 +726,35 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["grpo"].update(extraOverrides=["grpo.max_num_steps=[300"]),
     ),
+    # the model's own facts (generator/nemo_rl/models.py)
+    "model-tp-kv-heads": (
+        "a vLLM TP size that does not divide the model's KV heads (Qwen2.5-1.5B: 2)",
+        "grpo.extraOverrides[policy.generation.vllm_cfg.tensor_parallel_size]",
+        False,
+        {"model": "qwen2.5-1.5b", "nodes": 1},
+        lambda v: v["grpo"].update(extraOverrides=["policy.generation.vllm_cfg.tensor_parallel_size=4"]),
+    ),
+    "model-tokenizer-of-another-model": (
+        "a tokenizer of another model",
+        "grpo.extraOverrides[policy.tokenizer.name]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["policy.tokenizer.name=Qwen/Qwen2.5-1.5B"]),
+    ),
+    "model-length-above-positions": (
+        "a sequence length above the model's maximum positions (Llama 3.2 1B: 131072)",
+        "grpo.extraOverrides[policy.max_total_sequence_length]",
+        False,
+        {"model": "llama3.2-1b", "nodes": 1},
+        lambda v: v["grpo"].update(extraOverrides=["policy.max_total_sequence_length=200000"]),
+    ),
+    "grpo-one-generation-per-prompt": (
+        "a GRPO group of one generation per prompt (every advantage is 0)",
+        "grpo.overrides[grpo.num_generations_per_prompt]",
+        False,
+        {},
+        lambda v: set_override(v, "grpo.num_generations_per_prompt", "1"),
+    ),
 }
 
 
