@@ -140,16 +140,19 @@ def tagged_pids(tag: str, folder: Path | None = None) -> list[int]:
     return sorted(p for p in found if _alive(p))
 
 
-def end_tagged(tag: str, folder: Path | None = None, grace_s: float = 1.0) -> list[int]:
+def end_tagged(tag: str, folder: Path | None = None, term_grace_s: float = 1.0, kill_wait_s: float = 15.0) -> list[int]:
     """SIGTERM, then SIGKILL, every process carrying the tag; returns those still alive after.
 
     Each scan collects a process's descendants before any is signalled (a child whose parent ends
     first is re-parented and only its working folder still ties it to the cluster), signals what
-    it has not yet signalled, and ends after two scans in a row find nothing."""
+    it has not yet signalled, and ends after two scans in a row find nothing. SIGTERM gets a short
+    grace; after SIGKILL the scans go on for up to kill_wait_s, since on a loaded machine a killed
+    process can take seconds to exit and a raylet may still have forked a child that shows up late
+    (returning at once when the scans come back empty, so the wait costs nothing otherwise)."""
     signalled: dict[int, int] = {}
     pids: set[int] = set()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        deadline = time.monotonic() + grace_s
+    for sig, wait_s in ((signal.SIGTERM, term_grace_s), (signal.SIGKILL, kill_wait_s)):
+        deadline = time.monotonic() + wait_s
         empty_scans = 0
         while True:
             pids = {p for p in signalled if _alive(p)} | set(tagged_pids(tag, folder))

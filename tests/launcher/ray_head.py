@@ -88,7 +88,7 @@ def _start_once(workdir: Path, num_cpus: int, num_gpus: int) -> tuple[RayHead | 
 
 
 def stop(head: RayHead) -> None:
-    end_tagged(head.tag, head.workdir, grace_s=5.0)  # under load a raylet child may appear late
+    end_tagged(head.tag, head.workdir)
     logs = head.temp_dir / "session_latest" / "logs"
     if logs.is_dir():  # kept in pytest's tmp folder (the last 3 runs) for post-mortems
         shutil.copytree(logs, head.workdir / "ray-logs", dirs_exist_ok=True, ignore_dangling_symlinks=True)
