@@ -36,6 +36,10 @@ def make_spec(rendered: Rendered, address: str, entrypoint: str, checkpoint_dir:
         timeouts=LAUNCHER_TIMEOUTS,
         poll_interval_s=POLL_S,
     )
+    if spec.get("outcome_dir"):  # the run's outcome beside the local checkpoints, not in /var/lib
+        spec["outcome_dir"] = spec["outcome_volume_dir"] = str(checkpoint_dir.parent / "launcher")
+    if spec.pop("gpu_release", None):
+        notes.append("gpu_release dropped (releasing the GPU workers needs the Kubernetes API; the tests cover it)")
     local_ray = _local_ray_version()
     if spec.get("ray_version") and spec["ray_version"] != local_ray:
         notes.append(f"ray_version {spec['ray_version']} -> {local_ray} (the local Ray)")

@@ -148,6 +148,7 @@ def launcher_values() -> dict[str, Any]:
         "follow": True,
         "maxRestarts": 3,
         "previousRuns": "wait",
+        "releaseGpus": True,
         "timeouts": {"prepareSeconds": 14400, "headSeconds": 3600, "gpusSeconds": 7200},
         "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         "nodeSelector": {},

@@ -47,6 +47,7 @@ def test_chart_defaults_render_a_complete_valid_h200_setup(helm):
         ["GKENetworkParamSet"] * 9
         + ["Network"] * 9
         + ["PersistentVolume", "PersistentVolumeClaim", "RayCluster", "ServiceAccount", "ConfigMap", "Job", "Job", "Pod"]
+        + ["ServiceAccount", "Role", "RoleBinding"]  # the launcher's, to release the GPU workers
         + ["NetworkPolicy", "PodDisruptionBudget"]
     )
     assert validate_documents(objs) == []
@@ -129,7 +130,7 @@ def test_names_derive_from_the_release(helm, release):
     assert raycluster(objs)["metadata"]["name"] == release
     assert one(objs, "PersistentVolumeClaim")["metadata"]["name"] == f"{release}-data"
     assert one(objs, "PersistentVolume")["metadata"]["name"] == f"default-{release}-lustre"
-    assert one(objs, "ServiceAccount")["metadata"]["name"] == release
+    assert sorted(sa["metadata"]["name"] for sa in kinds(objs, "ServiceAccount")) == [release, f"{release}-launcher"]
     for _, tpl in ray_pod_specs(objs):
         claims = [v["persistentVolumeClaim"]["claimName"] for v in tpl["spec"]["volumes"] if "persistentVolumeClaim" in v]
         assert claims == [f"{release}-data"]
@@ -488,16 +489,20 @@ def test_no_secret_reference_without_an_existing_secret(helm):
         assert "HF_TOKEN" not in env and "WANDB_API_KEY" not in env
 
 
-def test_service_account_mounts_no_token(helm):
+def test_service_accounts_mount_no_token_and_only_the_launcher_asks_for_one(helm):
     objs = render(helm)
-    assert one(objs, "ServiceAccount")["automountServiceAccountToken"] is False
-    for _, tpl in pod_specs(objs):
-        assert tpl["spec"]["automountServiceAccountToken"] is False
+    assert {sa["metadata"]["name"]: sa["automountServiceAccountToken"] for sa in kinds(objs, "ServiceAccount")} == {
+        "nemo-rl": False,
+        "nemo-rl-launcher": False,
+    }
+    for name, tpl in pod_specs(objs):
+        launcher = tpl["metadata"]["labels"]["app.kubernetes.io/component"] == "launcher"
+        assert tpl["spec"]["automountServiceAccountToken"] is launcher, name
 
 
 def test_workload_identity_annotation(helm):
     v = with_changes(values_for(), {"serviceAccount.annotations": {"iam.gke.io/gcp-service-account": "rl@p.iam.gserviceaccount.com"}})
-    sa = one(render(helm, [v]), "ServiceAccount")
+    (sa,) = [sa for sa in kinds(render(helm, [v]), "ServiceAccount") if sa["metadata"]["name"] == "nemo-rl"]
     assert sa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "rl@p.iam.gserviceaccount.com"}
 
 

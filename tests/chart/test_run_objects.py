@@ -102,17 +102,43 @@ def test_job_pod_templates_carry_only_stable_labels(helm):
             }
 
 
-def test_launcher_holds_no_token_and_reads_the_shared_volume_read_only(helm):
+def test_launcher_reads_the_shared_volume_read_only_and_writes_only_its_outcome_folder(helm):
     objs = render(helm, [values_for(wandb=True)])
     tpl = jobs(objs)["launcher"]["spec"]["template"]
     (c,) = tpl["spec"]["containers"]
     assert {e["name"] for e in c.get("env", [])} == {"PYTHONUNBUFFERED"}
     assert c["command"] == ["python", "/etc/nemo-rl-gke/launcher.py", "/etc/nemo-rl-gke/launch.json"]
-    mounts = {m["name"]: m for m in c["volumeMounts"]}
-    assert mounts["shared-data"]["readOnly"] is True and mounts["shared-data"]["mountPath"] == "/data"
+    shared = [m for m in c["volumeMounts"] if m["name"] == "shared-data"]
+    assert shared == [
+        {"name": "shared-data", "mountPath": "/data", "readOnly": True},
+        # the run's folder is the checkpoint folder's parent: /data/nemo-rl/<run>/checkpoints
+        {"name": "shared-data", "mountPath": "/var/lib/nemo-rl-gke/outcome", "subPath": "nemo-rl/gemma3-27b-gsm8k/launcher"},
+    ]
     claim = next(v for v in tpl["spec"]["volumes"] if v["name"] == "shared-data")["persistentVolumeClaim"]
-    assert claim == {"claimName": "nemo-rl-data", "readOnly": True}
+    assert claim == {"claimName": "nemo-rl-data"}
+    spec = launch_json(objs)
+    assert spec["outcome_dir"] == "/var/lib/nemo-rl-gke/outcome"
+    assert spec["outcome_volume_dir"] == "/data/nemo-rl/gemma3-27b-gsm8k/launcher"
     assert "nvidia.com/gpu" not in json.dumps(c["resources"])
+
+
+@pytest.mark.parametrize("checkpoints", ["/tmp/checkpoints", "/database/checkpoints", "/data/../etc/checkpoints"])
+def test_no_outcome_folder_without_a_checkpoint_folder_on_the_volume(helm, checkpoints):
+    v = values_for()
+    v["grpo"]["extraOverrides"] = [f"checkpointing.checkpoint_dir={checkpoints}"]
+    objs = render(helm, [v])
+    (c,) = jobs(objs)["launcher"]["spec"]["template"]["spec"]["containers"]
+    assert [m["mountPath"] for m in c["volumeMounts"] if m["name"] == "shared-data"] == ["/data"]
+    assert "outcome_dir" not in launch_json(objs)
+
+
+def test_a_checkpoint_folder_at_the_volumes_top_keeps_its_outcome_there(helm):
+    v = values_for()
+    v["grpo"]["extraOverrides"] = ["checkpointing.checkpoint_dir=/data/checkpoints"]
+    objs = render(helm, [v])
+    (c,) = jobs(objs)["launcher"]["spec"]["template"]["spec"]["containers"]
+    assert [m.get("subPath") for m in c["volumeMounts"] if m["name"] == "shared-data"] == [None, "launcher"]
+    assert launch_json(objs)["outcome_volume_dir"] == "/data/launcher"
 
 
 def test_prepare_job_gets_only_the_hf_token_and_writes_the_cache(helm):
@@ -170,10 +196,11 @@ def test_expected_gpus_follow_the_worker_groups(helm, nodes):
     assert spec["expected_gpus"] == nodes * 8 and spec["expected_nodes"] == nodes + 1
 
 
-def test_job_pods_are_unprivileged_without_api_token(helm):
+def test_job_pods_are_unprivileged_without_api_token_but_the_launchers(helm):
     for name, tpl in pod_specs(render(helm)):
         if name.startswith(("job:", "pod:")):
-            assert tpl["spec"]["automountServiceAccountToken"] is False, name
+            launcher = tpl["metadata"]["labels"]["app.kubernetes.io/component"] == "launcher"
+            assert tpl["spec"]["automountServiceAccountToken"] is launcher, name
             for c in tpl["spec"]["containers"]:
                 assert c["securityContext"]["allowPrivilegeEscalation"] is False
                 assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]

@@ -213,11 +213,11 @@ def test_save_by_option_is_checked():
         values_for(save_by="12h")
 
 
-def test_the_launcher_cannot_write_the_shared_volume(helm):
+def test_the_launcher_cannot_write_the_shared_volume_but_its_outcome_folder(helm):
     job = next(j for j in kinds(render(helm), "Job") if j["metadata"]["labels"]["app.kubernetes.io/component"] == "launcher")
-    tpl = job["spec"]["template"]["spec"]
-    claim = next(v for v in tpl["volumes"] if v["name"] == "shared-data")
-    assert claim["persistentVolumeClaim"]["readOnly"] is True
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    writable = [m for m in c["volumeMounts"] if m["name"] == "shared-data" and not m.get("readOnly")]
+    assert [(m["mountPath"], m["subPath"]) for m in writable] == [("/var/lib/nemo-rl-gke/outcome", "nemo-rl/gemma3-27b-gsm8k/launcher")]
 
 
 # --- upgrade and rollback -----------------------------------------------------------------

@@ -27,15 +27,18 @@ def _launcher_args(head, tmp_path: Path, check: bool, spec: dict) -> list[str]:
     return [sys.executable, str(LAUNCHER), *(["--check"] if check else []), str(path)]
 
 
-def run_launcher(head, tmp_path: Path, *, check: bool = False, timeout: float = 180, **spec) -> subprocess.CompletedProcess[str]:
+def run_launcher(
+    head, tmp_path: Path, *, check: bool = False, timeout: float = 180, env: dict[str, str] | None = None, **spec
+) -> subprocess.CompletedProcess[str]:
+    """The launcher to its end; `env` replaces the head's environment (e.g. to add the API's address)."""
     args = _launcher_args(head, tmp_path, check, spec)
-    return subprocess.run(args, cwd=head.workdir, env=head.env(), capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(args, cwd=head.workdir, env=env or head.env(), capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def start_launcher(head, tmp_path: Path, **spec) -> subprocess.Popen[str]:
+def start_launcher(head, tmp_path: Path, env: dict[str, str] | None = None, **spec) -> subprocess.Popen[str]:
     """The launcher running in the background; its stdout (with stderr) is read line by line."""
     args = _launcher_args(head, tmp_path, False, spec)
-    return subprocess.Popen(args, cwd=head.workdir, env=head.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(args, cwd=head.workdir, env=env or head.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def jobs_with_prefix(client, prefix: str) -> dict[str, str]:

@@ -55,7 +55,7 @@ CASES = [
         False,
     ),
     ("succeeded", FOLLOWING, {"attempt": 3, "status": "SUCCEEDED"}, STOP, 0, f"run {BASE} succeeded", 0, False),
-    ("stopped by hand: never resubmitted", FOLLOWING, {"attempt": 1, "status": "STOPPED"}, STOP, EXIT, f"ray job delete {BASE}`", 0, False),
+    ("stopped by hand: never resubmitted", FOLLOWING, {"attempt": 1, "status": "STOPPED"}, STOP, EXIT, "the new run resumes", 0, False),
     ("stopped, not following", NOT_FOLLOWING, {"attempt": 1, "status": "STOPPED", "started": True}, STOP, EXIT, "was stopped", 0, False),
     ("failed, not following", NOT_FOLLOWING, {"attempt": 1, "status": "FAILED"}, STOP, EXIT, f"see `ray job logs {BASE}`", 0, False),
     (
@@ -236,3 +236,100 @@ def test_decide(case):
 )
 def test_the_checkpoint_folder_is_read_only_when_the_decision_needs_it(values, seen, wanted):
     assert launcher.wants_progress(spec(**values), launcher.Seen(**seen)) is wanted
+
+
+# Every STOP at the run's end records its outcome (and so releases the GPU workers); a launcher
+# that does not follow the run, or that resubmits it, records nothing.
+# (case, spec values, what the launcher sees, (outcome recorded, reason))
+ENDINGS = [
+    (
+        "the last step reached",
+        DEADLINED,
+        {"attempt": 1, "status": "SUCCEEDED", "step_at_submit": -1, "newest_step": 20},
+        ("succeeded", "completed"),
+    ),
+    ("succeeded, max_num_steps unknown", FOLLOWING, {"attempt": 1, "status": "SUCCEEDED"}, ("succeeded", "completed")),
+    ("stopped by hand", FOLLOWING, {"attempt": 1, "status": "STOPPED"}, ("stopped", "stopped-by-user")),
+    (
+        "a repeating failure",
+        FOLLOWING,
+        {"attempt": 2, "status": "FAILED", "stalled": 1, "step_at_submit": 4, "newest_step": 4},
+        ("failed", "stalled"),
+    ),
+    ("failed, no restarts left", FOLLOWING, {"attempt": 4, "status": "FAILED"}, ("failed", "out-of-restarts")),
+    (
+        "deadline stop, no restarts left",
+        DEADLINED,
+        {"attempt": 4, "status": "SUCCEEDED", "step_at_submit": 7, "newest_step": 9},
+        ("failed", "out-of-restarts"),
+    ),
+    ("a resubmission", FOLLOWING, {"attempt": 1, "status": "FAILED"}, ("", "")),
+    ("not following: running", NOT_FOLLOWING, {"attempt": 1, "status": "RUNNING", "started": True}, ("", "")),
+    ("not following: failed", NOT_FOLLOWING, {"attempt": 1, "status": "FAILED"}, ("", "")),
+    ("not following: stopped", NOT_FOLLOWING, {"attempt": 1, "status": "STOPPED", "started": True}, ("", "")),
+]
+
+
+@pytest.mark.parametrize("case", ENDINGS, ids=[c[0] for c in ENDINGS])
+def test_the_outcome_each_ending_records(case):
+    _, values, seen, ending = case
+    d = launcher.decide(spec(**values), launcher.Seen(**seen))
+    assert (d.final, d.reason) == ending
+    assert (d.action == STOP) or ending == ("", "")
+
+
+OUTCOME_AT = {"outcome_dir": "/var/lib/nemo-rl-gke/outcome", "outcome_volume_dir": "/data/nemo-rl/runs/r/launcher"}
+RECORDED_AT = f"recorded in /data/nemo-rl/runs/r/launcher/{BASE}.json"
+
+# A run whose outcome an earlier launcher recorded on the volume (the Ray head may have forgotten it).
+# (case, spec values, what was recorded, action, exit status, a phrase of why)
+RECORDED = [
+    (
+        "succeeded: never submitted again",
+        FOLLOWING,
+        {"attempt": 2, "status": "SUCCEEDED", "recorded": "succeeded", "recorded_reason": "completed"},
+        STOP,
+        0,
+        f"run {BASE} already ended: succeeded (completed) at {BASE}-retry1, {RECORDED_AT}; not submitting it again",
+    ),
+    (
+        "stopped: never submitted again",
+        FOLLOWING,
+        {"attempt": 1, "status": "STOPPED", "recorded": "stopped", "recorded_reason": "stopped-by-user"},
+        STOP,
+        EXIT,
+        "not submitting it again; to go on, change the run",
+    ),
+    (
+        "a repeating failure: more restarts do not help",
+        FOLLOWING | {"max_restarts": 9},
+        {"attempt": 2, "status": "FAILED", "recorded": "failed", "recorded_reason": "stalled"},
+        STOP,
+        EXIT,
+        "already ended: failed (stalled)",
+    ),
+    (
+        "out of restarts, launcher.maxRestarts unchanged",
+        FOLLOWING,
+        {"attempt": 4, "status": "FAILED", "recorded": "failed", "recorded_reason": "out-of-restarts"},
+        STOP,
+        EXIT,
+        "already ended: failed (out-of-restarts)",
+    ),
+    (
+        "out of restarts, launcher.maxRestarts raised: the next attempt",
+        FOLLOWING | {"max_restarts": 5},
+        {"attempt": 4, "status": "FAILED", "recorded": "failed", "recorded_reason": "out-of-restarts"},
+        SUBMIT,
+        0,
+        "launcher.maxRestarts is now 5: resubmitting (restart 4 of 5)",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", RECORDED, ids=[c[0] for c in RECORDED])
+def test_decide_after_a_recorded_outcome(case):
+    _, values, seen, action, exit_code, why = case
+    d = launcher.decide(spec(**values, **OUTCOME_AT), launcher.Seen(**seen))
+    assert (d.action, d.exit_code) == (action, exit_code)
+    assert why in d.why

@@ -80,7 +80,7 @@ def test_a_stopped_run_is_not_resubmitted_and_the_way_back_is_named(head, client
     proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, max_restarts=3)
     assert proc.returncode == 3
     assert f"{rid} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop)" in proc.stdout
-    assert f"`ray job delete {rid}`" in proc.stdout
+    assert "to go on, change the run (e.g. raise grpo.max_num_steps) and `helm upgrade`: the new run resumes" in proc.stdout
     assert jobs_with_prefix(client, rid) == {rid: "STOPPED"}
 
 

@@ -51,8 +51,14 @@ def test_spec_changes_only_what_a_laptop_needs(tmp_values: Path) -> None:
     _, rendered, _ = render(Request(write(tmp_values, "spec", build(Options(gpu="h200")))))
     spec, notes = make_spec(rendered, "http://127.0.0.1:1", "python stand-in.py", Path("/tmp/ckpt"), drill=False)
     changed = {k for k in spec if spec[k] != rendered.launch_spec.get(k)}
-    assert changed == {"address", "entrypoint", "checkpoint_dir", "wait_for_files", "timeouts", "poll_interval_s", "max_restarts"}
-    assert notes == ["max_restarts 3 -> 0 (a placement failure fails every attempt alike)"]
+    local = {"address", "entrypoint", "checkpoint_dir", "wait_for_files", "timeouts", "poll_interval_s", "max_restarts"}
+    assert changed == local | {"outcome_dir", "outcome_volume_dir"}
+    assert spec["outcome_dir"] == spec["outcome_volume_dir"] == "/tmp/launcher"  # beside the local checkpoints
+    assert "gpu_release" in rendered.launch_spec and "gpu_release" not in spec
+    assert notes == [
+        "gpu_release dropped (releasing the GPU workers needs the Kubernetes API; the tests cover it)",
+        "max_restarts 3 -> 0 (a placement failure fails every attempt alike)",
+    ]
     spec, _ = make_spec(rendered, "http://127.0.0.1:1", "x", Path("/tmp/ckpt"), drill=True)
     assert spec["max_restarts"] == 3 and spec["submission_id"] == rendered.launch_spec["submission_id"]
 

@@ -11,6 +11,9 @@ Runs in the NeMo RL image (standard library + ray). SPEC.json is rendered by the
                    head pod's environment, from a Kubernetes Secret)
   expected_gpus    GPUs the cluster must report before submitting
   ... and optional keys, see SPEC_KEYS.
+Its sibling modules (launcher_*.py, in the same ConfigMap) keep the run's outcome on the shared
+volume, release the GPU workers through the Kubernetes API when the run has ended, and keep the
+GPU-time ledger.
 Exit status: 0 run running (or finished) as asked; 3 the run failed for good, was stopped, or a
 wait timed out; 2 bad spec. The Job fails at once on 2 and 3 (podFailurePolicy): a new pod would
 wait the whole timeout again or repeat the same verdict. Anything else (1: an unexpected error,
@@ -34,6 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import launcher_outcome
+import launcher_workers
+from launcher_kube import KubeApi, KubeError
+from launcher_ledger import Ledger
+
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 ACTIVE = {"PENDING", "RUNNING"}
 MAX_SPEC_BYTES = 1 << 20
@@ -55,6 +63,10 @@ class LaunchFailed(Exception):
     """A wait expired or the run failed (exit 3)."""
 
 
+class GpusTimedOut(LaunchFailed):
+    """The GPUs did not all come: the workers that did are released (nothing will use them)."""
+
+
 @dataclass
 class Spec:
     address: str
@@ -73,6 +85,18 @@ class Spec:
     expected_interfaces: list[str] = field(default_factory=list)
     ray_version: str = ""
     max_num_steps: int = 0  # grpo.max_num_steps of the run; 0: unknown (a SUCCEEDED run is done)
+    gpu_release: dict[str, Any] = field(default_factory=dict)  # see launcher_workers.Workers; {}: never
+    outcome_dir: str = ""  # where the run's outcome is kept (the launcher's writable folder); "": nowhere
+    outcome_volume_dir: str = ""  # the same folder as the shared volume shows it to other pods
+
+    def workers(self) -> launcher_workers.Workers | None:
+        if not self.gpu_release:
+            return None
+        g = self.gpu_release
+        return launcher_workers.Workers(g["raycluster"], g["namespace"], dict(g["groups"]), g["kueue"], g["service_account_dir"])
+
+    def outcome_where(self) -> str:
+        return launcher_outcome.path_of(self.outcome_volume_dir or self.outcome_dir, self.submission_id)
 
     def timeout(self, name: str, default: float = UNBOUNDED_S) -> float:
         """The wait `name` in seconds. The chart's values hold the bounded ones (launcher.timeouts);
@@ -137,6 +161,30 @@ def _poll(key: str, value: float) -> str:
     return "" if 0.01 <= value <= 3600 else f"{key}: must be between 0.01 and 3600"
 
 
+def _gpu_release(key: str, value: dict[Any, Any]) -> str:
+    shape = {"raycluster": str, "namespace": str, "groups": dict, "kueue": bool, "service_account_dir": str}
+    if not value:
+        return ""
+    if set(value) != set(shape):
+        return f"{key}: needs exactly the keys {', '.join(shape)}"
+    for k, t in shape.items():
+        if not isinstance(value[k], t) or (t is str and not value[k]):
+            return f"{key}.{k}: expected a non-empty {t.__name__}"
+    if not value["service_account_dir"].startswith("/"):
+        return f"{key}.service_account_dir: must be an absolute path"
+    groups = value["groups"]
+    replicas_ok = all(isinstance(n, str) and isinstance(r, int) and not isinstance(r, bool) and 0 < r <= 1000 for n, r in groups.items())
+    if not groups or not replicas_ok:
+        return f"{key}.groups: must map worker group names to replicas (1-1000)"
+    return ""
+
+
+def _absolute_dir(key: str, value: str) -> str:
+    if value and (not value.startswith("/") or ".." in value.split("/") or "\n" in value):
+        return f"{key}: {value!r} must be an absolute path without '..'"
+    return ""
+
+
 def _string_map(key: str, value: dict[Any, Any]) -> str:
     return "" if all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()) else f"{key}: keys and values must be strings"
 
@@ -168,8 +216,12 @@ SPEC_KEYS: dict[str, Key] = {
     "expected_interfaces": Key((list,), check=_strings),
     "ray_version": Key((str,)),
     "max_num_steps": Key((int,), check=_steps),
+    "gpu_release": Key((dict,), check=_gpu_release),
+    "outcome_dir": Key((str,), check=_absolute_dir),
+    "outcome_volume_dir": Key((str,), check=_absolute_dir),
 }
-TIMEOUT_KEYS = ("files_s", "head_s", "gpus_s", "previous_s", "running_s")
+TIMEOUT_KEYS = ("files_s", "head_s", "gpus_s", "previous_s", "running_s", "release_s")
+RELEASE_WAIT_S = 600  # how long the launcher waits to see the GPU workers gone, unless timeouts.release_s
 
 
 def _shape_error(k: str, key: Key, data: dict[str, Any]) -> str:
@@ -288,16 +340,30 @@ def alive_nodes(address: str) -> list[dict[str, Any]]:
     out = []
     for n in nodes:
         d = n if isinstance(n, dict) else n.__dict__
-        out.append({"node_id": d.get("node_id"), "is_head": bool(d.get("is_head_node")), "resources": d.get("resources_total") or {}})
+        out.append(
+            {
+                "node_id": d.get("node_id"),
+                "is_head": bool(d.get("is_head_node")),
+                "resources": d.get("resources_total") or {},
+                "start_s": (d.get("start_time_ms") or 0) / 1000 or None,
+            }
+        )
     return out
 
 
-def cluster_gpus(address: str) -> tuple[int, float]:
+def gpu_node_starts(nodes: list[dict[str, Any]]) -> list[float]:
+    """When each alive GPU node started (epoch seconds), where Ray says."""
+    return [n["start_s"] for n in nodes if float(n["resources"].get("GPU", 0)) > 0 and n.get("start_s")]
+
+
+def cluster_gpus(address: str, ledger: Ledger | None = None) -> tuple[int, float]:
     try:
         nodes = alive_nodes(address)
     except Exception as e:  # the head may restart: report and poll again
         log(f"cannot list Ray nodes yet ({type(e).__name__}: {e})")
         return 0, 0.0
+    if ledger is not None:
+        ledger.saw_gpu_nodes(gpu_node_starts(nodes))
     return len(nodes), sum(float(n["resources"].get("GPU", 0)) for n in nodes)
 
 
@@ -307,8 +373,9 @@ class GpuWatch:
     evicted worker pod looks like from Ray). Looked at on every status poll and once at the end; a
     look that cannot list the nodes (the head restarting) proves nothing and is skipped."""
 
-    def __init__(self, spec: Spec) -> None:
+    def __init__(self, spec: Spec, ledger: Ledger | None = None) -> None:
         self.spec = spec
+        self.ledger = ledger
         self.start: set[str] = set()
         self.lost = ""
         self.look(first=True)
@@ -324,6 +391,8 @@ class GpuWatch:
         gpus = sum(float(n["resources"].get("GPU", 0)) for n in nodes)
         if first:
             self.start = gpu_nodes
+            if self.ledger is not None:
+                self.ledger.saw_gpu_nodes(gpu_node_starts(nodes))
             return
         if gone := sorted(self.start - gpu_nodes):
             self.lost = f"GPU node {gone[0][:12]} is gone"
@@ -467,24 +536,31 @@ def _retry(fn: Any, spec: Spec) -> Any:
             time.sleep(spec.poll_interval_s)
 
 
-def follow_logs(runs: Runs, job_id: str, on_poll: Callable[[], None] = lambda: None) -> str:
+def follow_logs(
+    runs: Runs, job_id: str, on_poll: Callable[[], None] = lambda: None, on_line: Callable[[str], None] = lambda _line: None
+) -> str:
     """Stream the run's logs to stdout until it ends; the status is polled, the stream only
     feeds output (it may drop and reconnect, and ends a few seconds after the run). The whole log
     is fetched at the end only when no stream could finish: a long run's log can be larger than
     the launcher's memory."""
     lock = threading.Lock()
     printed = 0
+    partial = ""  # the printed text's last line, until its newline comes
     ended = threading.Event()  # the run is over: a stream that ends now has sent everything
     complete = threading.Event()
 
     def emit(text: str, offset: int) -> None:
         # Streams restart from the beginning after a reconnect: print each byte once.
-        nonlocal printed
+        nonlocal printed, partial
         with lock:
             if offset + len(text) > printed:
-                sys.stdout.write(text[max(0, printed - offset) :])
+                new = text[max(0, printed - offset) :]
+                sys.stdout.write(new)
                 sys.stdout.flush()
                 printed = offset + len(text)
+                *lines, partial = (partial + new).split("\n")
+                for line in lines:
+                    on_line(line)
 
     async def tail() -> None:
         seen = 0
@@ -531,33 +607,34 @@ def wait_until_started(runs: Runs, job_id: str) -> str:
     )
 
 
-def wait_for_prerequisites(spec: Spec) -> None:
-    poll = spec.poll_interval_s
+def wait_for_files(spec: Spec) -> None:
     for path in spec.wait_for_files:
         _wait(
             f"{path} (written by the preparation Job)",
             spec.timeout("files_s"),
-            poll,
+            spec.poll_interval_s,
             lambda p=path: os.path.exists(p),
             "check the preparation Job's logs (kubectl logs job/<release>-prepare-...)",
         )
         log(f"preparation complete: {path}")
+
+
+def wait_for_head(spec: Spec) -> None:
     _wait(
         f"the Ray head at {spec.address}",
         spec.timeout("head_s"),
-        poll,
+        spec.poll_interval_s,
         lambda: head_healthy(spec.address),
         "is the head pod Running? kubectl get pods -l ray.io/node-type=head",
     )
     log("Ray head is healthy")
     if why := version_mismatch(spec):
         raise LaunchFailed(why)
-    wait_for_gpus(spec)
 
 
-def wait_for_gpus(spec: Spec) -> None:
+def wait_for_gpus(spec: Spec, ledger: Ledger | None = None) -> None:
     def enough() -> tuple[int, float] | None:
-        nodes, gpus = cluster_gpus(spec.address)
+        nodes, gpus = cluster_gpus(spec.address, ledger)
         return (nodes, gpus) if gpus >= spec.expected_gpus else None
 
     try:
@@ -570,7 +647,7 @@ def wait_for_gpus(spec: Spec) -> None:
         )
     except LaunchFailed as e:
         nodes, gpus = cluster_gpus(spec.address)
-        raise LaunchFailed(f"{e} (the cluster reports {gpus:g} GPUs on {nodes} nodes)") from None
+        raise GpusTimedOut(f"{e} (the cluster reports {gpus:g} GPUs on {nodes} nodes)") from None
     log(f"cluster ready: {gpus:g} GPUs on {nodes} nodes")
 
 
@@ -610,6 +687,8 @@ class Seen:
     step_at_submit: int | None = None  # newest step (-1: none) when this launcher submitted it; None: it did not
     newest_step: int | None = None  # the newest step now (measured only when wants_progress)
     lost_gpu_node: bool = False  # a GPU node of the cluster went away while this attempt ran
+    recorded: str = ""  # the outcome recorded on the shared volume: succeeded, stopped or failed
+    recorded_reason: str = ""  # why (launcher_outcome.Outcome.reason)
 
 
 @dataclass(frozen=True)
@@ -619,6 +698,15 @@ class Decision:
     exit_code: int = 0  # STOP: the launcher's exit status
     stalled: int = 0  # the count of stalled failures to carry on
     after_failure: bool = False  # SUBMIT: a resubmission, which first waits for the GPUs
+    final: str = ""  # STOP at the run's end: the outcome to record (succeeded, stopped, failed); "": none
+    reason: str = ""  # with final: completed, stopped-by-user, out-of-restarts or stalled
+
+# How to run a run again that has ended (its outcome is recorded, so the same run spec is never
+# submitted twice): a changed run spec is a new run, which resumes from the newest checkpoint.
+RUN_AGAIN = (
+    "to go on, change the run (e.g. raise grpo.max_num_steps) and `helm upgrade`: the new run resumes from the "
+    "newest checkpoint in the same folder"
+)
 
 
 def wants_progress(spec: Spec, seen: Seen) -> bool:
@@ -635,6 +723,8 @@ def wants_progress(spec: Spec, seen: Seen) -> bool:
 def decide(spec: Spec, seen: Seen) -> Decision:
     """Follow the run, wait for it to start, submit the next attempt, or stop (and why)."""
     job_id = attempt_id(spec.submission_id, seen.attempt)
+    if seen.recorded:
+        return _after_record(spec, seen, job_id)
     if seen.started and seen.status in ("RUNNING", "SUCCEEDED"):
         return Decision(STOP, f"{job_id} is {seen.status}; exiting (launcher.follow is false)")
     if seen.status in ACTIVE:
@@ -645,9 +735,10 @@ def decide(spec: Spec, seen: Seen) -> Decision:
         return Decision(
             STOP,
             f"{job_id} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop); "
-            f"not resubmitting. To continue it from its newest checkpoint: `ray job delete {job_id}`, then "
-            "`kubectl delete job` this launcher's Job and `helm upgrade` the release with the same values",
+            f"not resubmitting; {RUN_AGAIN}",
             EXIT_FINAL,
+            final="" if seen.started else "stopped",
+            reason="" if seen.started else "stopped-by-user",
         )
     if seen.status == "FAILED":
         return _after_failure(spec, seen, job_id)
@@ -660,11 +751,12 @@ def _after_success(spec: Spec, seen: Seen, job_id: str) -> Decision:
     # reached, stopping training early"), so the job is SUCCEEDED short of grpo.max_num_steps.
     newest = seen.newest_step
     if not wants_progress(spec, seen) or newest is None or newest >= spec.max_num_steps:
-        return Decision(STOP, f"run {spec.submission_id} succeeded")
+        return Decision(STOP, f"run {spec.submission_id} succeeded", final="succeeded", reason="completed")
     n = seen.attempt
     short = f"{job_id} SUCCEEDED at step {newest} of {spec.max_num_steps} (grpo.max_num_steps): it stopped at its save deadline"
     if n >= 1 + spec.max_restarts:
-        return Decision(STOP, f"{short}; no restarts are left ({spec.max_restarts} allowed)", EXIT_FINAL)
+        why = f"{short}; no restarts are left ({spec.max_restarts} allowed)"
+        return Decision(STOP, why, EXIT_FINAL, final="failed", reason="out-of-restarts")
     return Decision(SUBMIT, f"{short}; resubmitting (restart {n} of {spec.max_restarts})", after_failure=True)
 
 
@@ -693,12 +785,28 @@ def _after_failure(spec: Spec, seen: Seen, job_id: str) -> Decision:
                 f"preemption; not resubmitting. See `ray job logs {job_id}`",
                 EXIT_FINAL,
                 stalled,
+                final="failed",
+                reason="stalled",
             )
     if out_of_restarts:
-        return Decision(STOP, f"{job_id} FAILED{lost_node} and no restarts are left ({spec.max_restarts} allowed)", EXIT_FINAL, stalled)
+        why = f"{job_id} FAILED{lost_node} and no restarts are left ({spec.max_restarts} allowed)"
+        return Decision(STOP, why, EXIT_FINAL, stalled, final="failed", reason="out-of-restarts")
     return Decision(
         SUBMIT, f"{job_id} FAILED{lost_node}; resubmitting (restart {n} of {spec.max_restarts})", stalled=stalled, after_failure=True
     )
+
+
+def _after_record(spec: Spec, seen: Seen, job_id: str) -> Decision:
+    # The run ended under an earlier launcher (its outcome outlives the Ray head). Only a run that
+    # ran out of restarts goes on, and only when launcher.maxRestarts now allows another attempt.
+    n, where = seen.attempt, spec.outcome_where()
+    ended = f"run {spec.submission_id} already ended: {seen.recorded} ({seen.recorded_reason}) at {job_id}, recorded in {where}"
+    if seen.recorded == "succeeded":
+        return Decision(STOP, f"{ended}; not submitting it again", final="succeeded", reason=seen.recorded_reason)
+    if seen.recorded_reason == "out-of-restarts" and n < 1 + spec.max_restarts:
+        why = f"{ended}; launcher.maxRestarts is now {spec.max_restarts}: resubmitting (restart {n} of {spec.max_restarts})"
+        return Decision(SUBMIT, why, after_failure=True)
+    return Decision(STOP, f"{ended}; not submitting it again; {RUN_AGAIN}", EXIT_FINAL, final=seen.recorded, reason=seen.recorded_reason)
 
 
 # --- the run's I/O loop -------------------------------------------------------------------------
@@ -706,37 +814,58 @@ def _after_failure(spec: Spec, seen: Seen, job_id: str) -> Decision:
 
 def launch(spec: Spec) -> int:
     log(f"run {spec.submission_id}: {spec.entrypoint}")
-    wait_for_prerequisites(spec)
-    runs = Runs(spec)
-    settle_previous_runs(runs)
+    wait_for_files(spec)
+    ledger = Ledger(sum(spec.gpu_release.get("groups", {}).values()) or max(0, spec.expected_nodes - 1))
+    record = read_outcome(spec)
+    if record is not None and (first := decide(spec, record)).action == STOP:
+        log(first.why)  # ended for good under an earlier launcher: no head, no GPUs needed
+        return finish(spec, first, record, ledger)
+    try:
+        resume_workers(spec)
+        wait_for_head(spec)
+        runs = Runs(spec)
+        settle_previous_runs(runs)
+        seen = current(runs, record)
+        while True:
+            if wants_progress(spec, seen):
+                seen = replace(seen, newest_step=checkpoint_step(spec.checkpoint_dir, latest_step(spec.checkpoint_dir)))
+            decision = decide(spec, seen)
+            if decision.why:
+                log(decision.why)
+            if decision.action == STOP:
+                return finish(spec, decision, seen, ledger)
+            seen = act(runs, seen, decision, ledger)
+    except GpusTimedOut as e:
+        log(f"FAILED: {e}")
+        release_workers(spec, ledger)  # the GPU workers that did come would idle until someone looked
+        return EXIT_FINAL
+
+
+def current(runs: Runs, record: Seen | None) -> Seen:
+    """What the launcher sees at its start: the newest attempt the Ray head knows, or the outcome
+    recorded on the volume when it is as new (a restarted head forgets its jobs)."""
     existing = runs.attempts()
-    seen = Seen(existing[-1][0], str(existing[-1][1].status)) if existing else Seen(0, "")
-    if seen.status:
-        log(f"found {attempt_id(spec.submission_id, seen.attempt)} ({seen.status}); the same run spec is never submitted twice")
-    while True:
-        if wants_progress(spec, seen):
-            seen = replace(seen, newest_step=checkpoint_step(spec.checkpoint_dir, latest_step(spec.checkpoint_dir)))
-        decision = decide(spec, seen)
-        if decision.why:
-            log(decision.why)
-        if decision.action == STOP:
-            return decision.exit_code
-        seen = act(runs, seen, decision)
+    head = Seen(existing[-1][0], str(existing[-1][1].status)) if existing else Seen(0, "")
+    if record is not None and record.attempt >= head.attempt:
+        return record
+    if head.status:
+        log(f"found {attempt_id(runs.spec.submission_id, head.attempt)} ({head.status}); the same run spec is never submitted twice")
+    return head
 
 
-def act(runs: Runs, seen: Seen, decision: Decision) -> Seen:
+def act(runs: Runs, seen: Seen, decision: Decision, ledger: Ledger) -> Seen:
     """Carry out a FOLLOW, WAIT_START or SUBMIT decision; what the launcher sees afterwards."""
     spec = runs.spec
     job_id = attempt_id(spec.submission_id, seen.attempt)
     if decision.action == FOLLOW:
-        watch = GpuWatch(spec)
-        status = follow_logs(runs, job_id, watch.look)
+        watch = GpuWatch(spec, ledger)
+        status = follow_logs(runs, job_id, watch.look, ledger.saw_line)
+        ledger.run_ended()
         log(f"{job_id} ended: {status}" + (f" (the cluster lost a GPU node meanwhile: {watch.lost})" if watch.lost else ""))
         return replace(seen, status=status, started=False, stalled=decision.stalled, lost_gpu_node=bool(watch.lost))
     if decision.action == WAIT_START:
         return replace(seen, status=wait_until_started(runs, job_id), started=True, stalled=decision.stalled)
-    if decision.after_failure:
-        wait_for_gpus(spec)
+    wait_for_gpus(spec, ledger)
     n = seen.attempt + 1
     step = latest_step(spec.checkpoint_dir) if spec.checkpoint_dir else None
     where = f"resumes from step_{step} in {spec.checkpoint_dir}" if step is not None else "starts from step 0"
@@ -745,6 +874,84 @@ def act(runs: Runs, seen: Seen, decision: Decision) -> Seen:
     status = runs.status(job_id)
     at_submit = _step_rank(checkpoint_step(spec.checkpoint_dir, step))
     return Seen(n, status if status in TERMINAL else "PENDING", stalled=decision.stalled, step_at_submit=at_submit)
+
+
+# --- the run's end: its outcome on the volume, the GPU workers released, the ledger ----------
+
+
+def read_outcome(spec: Spec) -> Seen | None:
+    """The outcome an earlier launcher recorded, as what the launcher sees (None: none recorded)."""
+    if not spec.outcome_dir:
+        return None
+    outcome, problem = launcher_outcome.read(spec.outcome_dir, spec.submission_id)
+    if problem:
+        log(f"{problem}; going by the Ray head's record alone")
+    if outcome is None:
+        return None
+    return Seen(outcome.attempt, outcome.ray_status, recorded=outcome.state, recorded_reason=outcome.reason)
+
+
+def finish(spec: Spec, decision: Decision, seen: Seen, ledger: Ledger) -> int:
+    """Record a final outcome and release the GPU workers; log the ledger; the exit status."""
+    if decision.final:
+        if not seen.recorded:
+            record_outcome(spec, decision, seen)
+        release_workers(spec, ledger)
+    if ledger.ended_at is not None:
+        log(ledger.summary())
+    return decision.exit_code
+
+
+def record_outcome(spec: Spec, decision: Decision, seen: Seen) -> None:
+    if not spec.outcome_dir:
+        return
+    step = checkpoint_step(spec.checkpoint_dir, latest_step(spec.checkpoint_dir)) if spec.checkpoint_dir else None
+    job_id = attempt_id(spec.submission_id, seen.attempt)
+    outcome = launcher_outcome.Outcome(
+        spec.submission_id, decision.final, decision.reason, seen.attempt, job_id, seen.status, step, spec.max_restarts, decision.why
+    )
+    try:
+        launcher_outcome.write(spec.outcome_dir, outcome)
+    except OSError as e:
+        where = spec.outcome_where()
+        log(f"could not record the outcome in {where} ({e.strerror or e}): after a Ray head restart a new launcher may submit it again")
+        return
+    log(f"outcome recorded in {spec.outcome_where()}: {decision.final} ({decision.reason}); no launcher submits this run spec again")
+
+
+def release_workers(spec: Spec, ledger: Ledger) -> None:
+    workers = spec.workers()
+    if workers is None:
+        log("the GPU workers stay up (launcher.releaseGpus is false): their nodes are billed until `helm uninstall`")
+        return
+    try:
+        api = KubeApi(workers.service_account_dir)
+        done, patched = launcher_workers.release(workers, api)
+        log(done)
+        if not patched:
+            return
+        took = launcher_workers.wait_released(workers, api, spec.timeout("release_s", RELEASE_WAIT_S), spec.poll_interval_s)
+    except KubeError as e:
+        log(f"could not release the GPU workers ({e}); they stay billed until `helm uninstall`")
+        return
+    if took is None:
+        waited = spec.timeout("release_s", RELEASE_WAIT_S)
+        log(f"KubeRay did not report the GPU workers gone within {waited:.0f}s; see `kubectl describe raycluster {workers.raycluster}`")
+        return
+    ledger.gpus_released()
+    log(f"GPU workers gone {took:.0f}s after the patch; the cluster autoscaler removes their nodes once unneeded")
+
+
+def resume_workers(spec: Spec) -> None:
+    """Bring back GPU workers an earlier run released: this run may need them."""
+    workers = spec.workers()
+    if workers is None:
+        return
+    try:
+        if note := launcher_workers.resume(workers, KubeApi(workers.service_account_dir)):
+            log(note)
+    except KubeError as e:
+        log(f"could not check the RayCluster's GPU workers ({e}); if an earlier run released them, this one waits for GPUs in vain")
 
 
 def _step_rank(step: int | None) -> int:

@@ -72,9 +72,15 @@ helm.sh/chart: {{ include "nemo-rl-gke.chart" .ctx }}
 {{/* Who a pod runs as: the release's ServiceAccount without a Kubernetes API token (no pod of the
 chart calls the API), the pod's security context when given, and the image pull Secrets.
 Call with (dict "ctx" $ "securityContext" MAP-or-nothing). */}}
+{{/* The launcher's own ServiceAccount: the one identity with a Kubernetes API token, bound to a
+Role that may get and patch this release's RayCluster (launcher.releaseGpus). */}}
+{{- define "nemo-rl-gke.launcherServiceAccountName" -}}
+{{- printf "%s-launcher" (include "nemo-rl-gke.fullname" .) -}}
+{{- end -}}
+
 {{- define "nemo-rl-gke.podIdentity" -}}
-serviceAccountName: {{ include "nemo-rl-gke.serviceAccountName" .ctx | quote }}
-automountServiceAccountToken: false
+serviceAccountName: {{ .serviceAccount | default (include "nemo-rl-gke.serviceAccountName" .ctx) | quote }}
+automountServiceAccountToken: {{ .token | default false }}
 {{- with .securityContext }}
 securityContext:
   {{- toYaml . | nindent 2 }}

@@ -11,7 +11,7 @@ metadata:
     {{- include "nemo-rl-gke.stableLabels" (dict "ctx" . "component" "launcher") | nindent 4 }}
 spec:
   restartPolicy: Never
-  {{- include "nemo-rl-gke.jobPodSecurity" . | nindent 2 }}
+  {{- include "nemo-rl-gke.jobPodSecurity" (dict "ctx" . "launcher" true) | nindent 2 }}
   affinity:
     # Land next to the Ray head, whose node already holds the NeMo RL image.
     podAffinity:
@@ -42,14 +42,20 @@ spec:
         - name: shared-data
           mountPath: {{ .Values.storage.mountPath }}
           readOnly: true
+        {{- with include "nemo-rl-gke.outcomeSubPath" . }}
+        # Read-write, the launcher's folder in the run's folder only: the run's outcome.
+        - name: shared-data
+          mountPath: {{ include "nemo-rl-gke.outcomeMountPath" $ }}
+          subPath: {{ . | quote }}
+        {{- end }}
   volumes:
     - name: run-files
       configMap:
         name: {{ include "nemo-rl-gke.runConfigMapName" . }}
+    # Read-only per mount above (a claim-level readOnly would make the outcome folder read-only too).
     - name: shared-data
       persistentVolumeClaim:
         claimName: {{ include "nemo-rl-gke.claimName" . | quote }}
-        readOnly: true
 {{- end -}}
 
 {{- define "nemo-rl-gke.preparePod" -}}
@@ -58,7 +64,7 @@ metadata:
     {{- include "nemo-rl-gke.stableLabels" (dict "ctx" . "component" "prepare") | nindent 4 }}
 spec:
   restartPolicy: Never
-  {{- include "nemo-rl-gke.jobPodSecurity" . | nindent 2 }}
+  {{- include "nemo-rl-gke.jobPodSecurity" (dict "ctx" .) | nindent 2 }}
   containers:
     - name: prepare
       image: {{ include "nemo-rl-gke.image" . }}

@@ -70,6 +70,22 @@ already ended runs again with the new settings. */}}
 {{- toJson $spec -}}
 {{- end -}}
 
+{{/* Where the launcher keeps the run's outcome: the folder "launcher" in the run's folder (the
+checkpoint folder's parent), relative to storage.mountPath; "" when the checkpoint folder is not
+set or not on the shared volume (`validate` reports that). The launcher mounts just this folder
+read-write, at outcomeMountPath. */}}
+{{- define "nemo-rl-gke.outcomeSubPath" -}}
+{{- $ckpt := include "nemo-rl-gke.overrideOf" (dict "ctx" . "key" "checkpointing.checkpoint_dir") -}}
+{{- $mount := trimSuffix "/" .Values.storage.mountPath -}}
+{{- if and $ckpt (hasPrefix (printf "%s/" $mount) (printf "%s/" (dir $ckpt))) -}}
+{{- trimPrefix "/" (printf "%s/launcher" (trimPrefix $mount (dir $ckpt))) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.outcomeMountPath" -}}
+/var/lib/nemo-rl-gke/outcome
+{{- end -}}
+
 {{- define "nemo-rl-gke.launchSpec" -}}
 {{- $fullname := include "nemo-rl-gke.fullname" . -}}
 {{- $nodes := include "nemo-rl-gke.workerNodes" . | int -}}
@@ -94,6 +110,17 @@ those of the launcher's SPEC_KEYS (files/launcher.py). */}}
     "timeouts" (dict "files_s" $l.timeouts.prepareSeconds "head_s" $l.timeouts.headSeconds "gpus_s" $l.timeouts.gpusSeconds)
     "metadata" (dict "nemo-rl-gke.release" $fullname "nemo-rl-gke.run" .Values.grpo.runName)
 -}}
+{{- with include "nemo-rl-gke.outcomeSubPath" . -}}
+{{- $_ := set $spec "outcome_dir" (include "nemo-rl-gke.outcomeMountPath" $) -}}
+{{- $_ := set $spec "outcome_volume_dir" (printf "%s/%s" (trimSuffix "/" $.Values.storage.mountPath) .) -}}
+{{- end -}}
+{{- if $l.releaseGpus -}}
+{{- $groups := dict -}}
+{{- range .Values.workerGroups }}{{ $_ := set $groups (toString .name) .replicas }}{{ end -}}
+{{- $release := dict "raycluster" $fullname "namespace" .Release.Namespace "groups" $groups "kueue" .Values.kueue.enabled -}}
+{{- $_ := set $release "service_account_dir" "/var/run/secrets/kubernetes.io/serviceaccount" -}}
+{{- $_ := set $spec "gpu_release" $release -}}
+{{- end -}}
 {{- if eq .Values.network.mode "rdma" -}}
 {{- $ifs := list -}}
 {{- range include "nemo-rl-gke.interfaces" . | fromJsonArray }}{{ $ifs = append $ifs .interfaceName }}{{ end -}}
@@ -102,15 +129,21 @@ those of the launcher's SPEC_KEYS (files/launcher.py). */}}
 {{- toJson $spec -}}
 {{- end -}}
 
-{{/* Pod settings shared by the launcher, preparation and test pods: they need no Kubernetes
-API token, no privileges, and run on CPU nodes. */}}
+{{/* Pod settings shared by the launcher, preparation and test pods: no privileges, CPU nodes,
+and no Kubernetes API token, except the launcher's when it releases the GPU workers
+(launcher.releaseGpus): pass "launcher" true. */}}
 {{- define "nemo-rl-gke.jobPodSecurity" -}}
-{{- include "nemo-rl-gke.podIdentity" (dict "ctx" . "securityContext" (dict "seccompProfile" (dict "type" "RuntimeDefault"))) }}
-{{- with .Values.launcher.nodeSelector }}
+{{- $identity := dict "ctx" .ctx "securityContext" (dict "seccompProfile" (dict "type" "RuntimeDefault")) -}}
+{{- if and .launcher .ctx.Values.launcher.releaseGpus -}}
+{{- $_ := set $identity "serviceAccount" (include "nemo-rl-gke.launcherServiceAccountName" .ctx) -}}
+{{- $_ := set $identity "token" true -}}
+{{- end -}}
+{{- include "nemo-rl-gke.podIdentity" $identity }}
+{{- with .ctx.Values.launcher.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.launcher.tolerations }}
+{{- with .ctx.Values.launcher.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
