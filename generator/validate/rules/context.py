@@ -6,10 +6,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from generator.gke.profiles import AcceleratorProfile, profile
-from generator.nemo_rl.recipe_config import Override, OverrideError, grpo_override_args, winning
+from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, grpo_override_args, winning
 from generator.nemo_rl.releases import RELEASES, NemoRlRelease
 from generator.values.worker_groups import worker_nodes
+from generator.vendored import MissingDataError, load_release_recipe
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,38 @@ class Context:
         return {key: Entry(i, ov.prefix, ov.value) for key, (i, ov) in winning(parsed).items()}
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The value an override gives `key` (the last one wins), else `default`; see `setting` for
+        the value NeMo RL runs with."""
         entry = self.overrides.get(key)
         return default if entry is None else entry.value
+
+    @cached_property
+    def run_config(self) -> DictConfig | None:
+        """The chosen release's recipe merged over its `defaults:` chain with every good override
+        applied, as NeMo RL runs it; None when the repository does not carry it (the recipe rules
+        report that)."""
+        try:
+            base = load_release_recipe(self.values["image"]["tag"], self.grpo["recipe"])
+        except MissingDataError:
+            return None
+        merged, _ = check_overrides(base, grpo_override_args(self.grpo))
+        return OmegaConf.create(merged)
+
+    def setting(self, key: str) -> Any:
+        """The value NeMo RL runs with for a dotted key (the recipe's unless an override sets it), or None."""
+        if self.run_config is None:
+            return None
+        try:
+            return OmegaConf.select(self.run_config, key, default=None)
+        except Exception:  # an interpolation NeMo RL resolves with its own resolvers
+            return None
+
+    def where(self, key: str) -> str:
+        """How findings name the values entry that sets a NeMo RL key: the list of the override that
+        wins, or grpo.overrides when the value is the recipe's."""
+        entry = self.overrides.get(key)
+        given = len(self.grpo.get("overrides") or [])
+        return f"grpo.extraOverrides[{key}]" if entry is not None and entry.index >= given else override_key(key)
 
     @property
     def worker_nodes(self) -> int:

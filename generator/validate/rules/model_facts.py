@@ -7,44 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from generator.nemo_rl.models import facts
-from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, grpo_override_args
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
-from generator.vendored import MissingDataError, load_release_recipe
 
 TP_KEYS = ("policy.dtensor_cfg.tensor_parallel_size", "policy.generation.vllm_cfg.tensor_parallel_size")
 LENGTH_KEYS = ("policy.max_total_sequence_length", "policy.generation.max_new_tokens", "policy.generation.vllm_cfg.max_model_len")
-
-
-def _where(ctx: Context, key: str) -> str:
-    """The values entry that sets a NeMo RL key (the last one wins), else the recipe's."""
-    found = f"grpo.overrides[{key}]"
-    for where, arg in grpo_override_args(ctx.grpo):
-        try:
-            if Override.parse(arg).key == key:
-                found = f"{where.split('[', 1)[0]}[{key}]"
-        except OverrideError:
-            continue
-    return found
-
-
-def _config(ctx: Context) -> Any | None:
-    try:
-        base = load_release_recipe(ctx.values["image"]["tag"], ctx.grpo["recipe"])
-    except MissingDataError:
-        return None  # the recipe rules report it
-    merged, _ = check_overrides(base, grpo_override_args(ctx.grpo))
-    return OmegaConf.create(merged)
-
-
-def _get(cfg: Any, key: str) -> Any:
-    try:
-        return OmegaConf.select(cfg, key, default=None)
-    except Exception:  # an interpolation NeMo RL resolves with its own resolvers
-        return None
 
 
 def _whole(value: Any) -> int | None:
@@ -54,47 +22,46 @@ def _whole(value: Any) -> int | None:
 def check(ctx: Context) -> Iterator[Finding]:
     if not ctx.grpo.get("enabled", True):
         return
-    cfg = _config(ctx)
-    if cfg is None:
+    if ctx.run_config is None:
         return
-    gens = _whole(_get(cfg, "grpo.num_generations_per_prompt"))
+    gens = _whole(ctx.setting("grpo.num_generations_per_prompt"))
     if gens == 1:
         key = "grpo.num_generations_per_prompt"
         yield error(
-            _where(ctx, key),
+            ctx.where(key),
             "1 generation per prompt: every GRPO advantage (reward minus the group's mean) is 0, the run learns nothing",
             f"set {key}=2 or more (the generator's presets use 16-64)",
         )
-    model = _get(cfg, "policy.model_name")
+    model = ctx.setting("policy.model_name")
     fact = facts(str(model)) if model is not None else None
     if fact is None:
         return
     for key in TP_KEYS:
-        tp = _whole(_get(cfg, key))
+        tp = _whole(ctx.setting(key))
         if tp is None or tp < 1:
             continue
         for what, heads in (("attention heads", fact.attention_heads), ("KV heads", fact.kv_heads)):
             if heads % tp:
                 ok = [d for d in range(1, heads + 1) if heads % d == 0]
                 yield error(
-                    _where(ctx, key),
+                    ctx.where(key),
                     f"TP {tp} does not divide {fact.model}'s {heads} {what} ({fact.source})",
                     f"use a TP size that divides {heads}: {', '.join(map(str, ok))}",
                 )
                 break
-    tokenizer = _get(cfg, "policy.tokenizer.name")
+    tokenizer = ctx.setting("policy.tokenizer.name")
     if tokenizer is not None and str(tokenizer) != fact.tokenizer:
         yield error(
-            _where(ctx, "policy.tokenizer.name"),
+            ctx.where("policy.tokenizer.name"),
             f"{tokenizer} is not {fact.model}'s tokenizer: token ids would not match the model's vocabulary",
             f"drop the override or set policy.tokenizer.name={fact.tokenizer}",
         )
     if fact.max_positions is not None:
         for key in LENGTH_KEYS:
-            n = _whole(_get(cfg, key))
+            n = _whole(ctx.setting(key))
             if n is not None and n > fact.max_positions:
                 yield error(
-                    _where(ctx, key),
+                    ctx.where(key),
                     f"{n} is above {fact.model}'s {fact.max_positions} positions (max_position_embeddings, {fact.source}): vLLM refuses it",
                     f"use at most {fact.max_positions}",
                 )
