@@ -16,7 +16,8 @@ from pathlib import Path
 
 from generator import option_specs
 from generator.gke import networks
-from generator.gke.lustre import LUSTRE_MIN_GIB, LUSTRE_THROUGHPUTS
+from generator.gke.locations import REGION, ZONE_SUFFIX
+from generator.gke.lustre import LUSTRE_THROUGHPUTS, LUSTRE_TIERS, sizes_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
 from generator.gke.provisioning import MODES, PROVISIONING
 from generator.infra.script import bring_up_script, teardown_script
@@ -26,8 +27,6 @@ from generator.values.files import InputError, write_atomic
 from generator.values.worker_groups import MAX_NODES
 
 PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]{1,2}$")
-ZONE_SUFFIX = re.compile(r"^-[a-z]$")
 CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")  # RFC 1035, at most 40
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1123 label
 GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1035, at most 63
@@ -121,11 +120,12 @@ def _check_nodes(o: InfraOptions) -> None:
 
 
 def _check_storage_and_names(o: InfraOptions) -> None:
-    tier_min = LUSTRE_MIN_GIB[o.lustre_throughput]
+    tier = LUSTRE_TIERS[o.lustre_throughput]
     _check(
-        o.lustre_capacity_gib >= tier_min and o.lustre_capacity_gib % tier_min == 0,
+        tier.allows(o.lustre_capacity_gib),
         "--lustre-capacity-gib",
-        f"must be a multiple of {tier_min} with --lustre-throughput {o.lustre_throughput}, got {o.lustre_capacity_gib}",
+        f"{o.lustre_capacity_gib} is no size of a --lustre-throughput {o.lustre_throughput} instance"
+        f" (nearest: {sizes_text(o.lustre_capacity_gib, (tier,))})",
     )
     _check(bool(DNS_LABEL.fullmatch(o.namespace)), "--namespace", f"{o.namespace!r} is not a lowercase RFC 1123 label")
     _check(bool(DNS_LABEL.fullmatch(o.ksa)), "--ksa", f"{o.ksa!r} is not a lowercase RFC 1123 label")

@@ -670,6 +670,7 @@ BAD_INPUTS = [
     (["--cluster", "ends-with-"], "--cluster"),
     (["--lustre-capacity-gib", "8000"], "--lustre-capacity-gib"),
     (["--lustre-capacity-gib", "9500"], "--lustre-capacity-gib"),
+    (["--lustre-capacity-gib", "1548000"], "--lustre-capacity-gib"),  # above 1530000 GiB the step is 72000
     (["--lustre-throughput", "500"], "--lustre-capacity-gib"),
     (["--namespace", "Team"], "--namespace"),
     (["--ksa", "bad_name"], "--ksa"),
