@@ -26,6 +26,8 @@ from generator.nemo_rl.placement import (
 from generator.nemo_rl.releases import CODE_DIR, NemoRlRelease
 
 RUNS_DIR = "nemo-rl"  # under the shared mount: <mount>/nemo-rl/<run>/{checkpoints,logs}
+# The NeMo RL keys of a run's outputs and their folders in the run's folder.
+RUN_OUTPUTS = {"checkpointing.checkpoint_dir": "checkpoints", "logger.log_dir": "logs"}
 GSM8K_DIR = "nemo-rl/datasets/gsm8k"
 
 
@@ -234,12 +236,16 @@ def _steps_overrides(choices: RunChoices, preset: ModelPreset, batches: _Batches
     return o
 
 
+def run_folder(mount_path: str, name: str) -> str:
+    """The folder of one run's checkpoints and logs on the shared volume."""
+    return f"{mount_path.rstrip('/')}/{RUNS_DIR}/{name}"
+
+
 def _output_overrides(choices: RunChoices, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(overrides, additions) for checkpoints, logs and W&B."""
-    run_dir = f"{choices.mount_path.rstrip('/')}/{RUNS_DIR}/{name}"
-    o = {
-        "checkpointing.checkpoint_dir": f"{run_dir}/checkpoints",
-        "logger.log_dir": f"{run_dir}/logs",
+    run_dir = run_folder(choices.mount_path, name)
+    o: dict[str, Any] = {key: f"{run_dir}/{sub}" for key, sub in RUN_OUTPUTS.items()}
+    o |= {
         "logger.tensorboard_enabled": True,
         "logger.wandb_enabled": choices.wandb,
         "logger.wandb.name": name,
