@@ -47,6 +47,7 @@ class ModelPreset:
     generations_per_prompt: int
     max_steps: int
     default_generation_fraction: float  # share of nodes for dedicated generation (0: colocated)
+    save_period: int = 10  # the recipe's checkpointing.save_period (every release's grpo_math_1B.yaml)
 
 
 MODELS: dict[str, ModelPreset] = {
@@ -222,12 +223,17 @@ def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlReleas
 
 
 def _steps_overrides(choices: RunChoices, preset: ModelPreset, batches: _Batches) -> dict[str, Any]:
+    steps = choices.max_steps or preset.max_steps
     o: dict[str, Any] = {
-        "grpo.max_num_steps": choices.max_steps or preset.max_steps,
+        "grpo.max_num_steps": steps,
         "grpo.num_prompts_per_step": batches.prompts,
         "grpo.num_generations_per_prompt": batches.generations,
         "policy.train_global_batch_size": batches.global_batch,
     }
+    if 1 < steps <= preset.save_period:
+        # NeMo RL saves every save_period steps and at the last: a short run still gets a checkpoint
+        # before its end, for the resubmission after a preemption.
+        o["checkpointing.save_period"] = steps // 2
     if choices.save_by:
         if not SAVE_BY.fullmatch(choices.save_by):
             raise SpecError(f"--save-by {choices.save_by!r}: use DD:HH:MM:SS, e.g. 06:22:00:00")

@@ -52,7 +52,9 @@ def test_every_release_the_generator_offers_is_carried_with_its_recipes_and_defa
         for model in MODELS.values():
             chain = vendored.defaults_chain(vendored.recipe_path(tag, model.recipe))
             assert all(p.is_file() for p in chain), (tag, model.recipe)
-            assert vendored.load_release_recipe(tag, model.recipe)["policy"]["model_name"]
+            recipe = vendored.load_release_recipe(tag, model.recipe)
+            assert recipe["policy"]["model_name"]
+            assert recipe["checkpointing"]["save_period"] == model.save_period, (tag, model.recipe)
 
 
 def test_both_kuberay_versions_carry_raycluster_and_rayjob():

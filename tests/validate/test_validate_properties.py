@@ -22,6 +22,7 @@ options = st.fixed_dictionaries(
         "release": st.sampled_from(["v0.5.0", "v0.6.0", "v0.7.0"]),
         "model": st.sampled_from(sorted(grpo.MODELS)),
         "provisioning": st.sampled_from(["spot", "on-demand", "flex-start"]),
+        "max_steps": st.one_of(st.none(), st.integers(1, 12)),  # short runs keep a checkpoint before their end
     }
 ).flatmap(lambda o: st.tuples(st.just(o), st.one_of(st.none(), st.integers(0, max(0, o["nodes"] - 1)))))
 

@@ -1,11 +1,49 @@
-"""Risky but legal choices: shown as warnings (errors with --strict)."""
+"""What a preemption costs (Spot runs that keep no checkpoint are errors), and risky but legal
+choices (warnings; errors with --strict)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from generator.validate.findings import Finding, warning
+from generator.validate.findings import Finding, error, warning
 from generator.validate.rules.context import Context
+
+STEPS, PERIOD = "grpo.max_num_steps", "checkpointing.save_period"
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _changed_of_period_and_steps(ctx: Context) -> str:
+    """Which of the two the user most likely changed: the one added in grpo.extraOverrides, else
+    the run's length (the generator writes it), unless only the period is overridden."""
+    for key in (PERIOD, STEPS):
+        if ctx.where(key).startswith("grpo.extraOverrides"):
+            return key
+    return PERIOD if ctx.get(PERIOD) is not None and ctx.get(STEPS) is None else STEPS
+
+
+def _spot_checkpoints(ctx: Context, group: int) -> Iterator[Finding]:
+    """On Spot, GKE takes a node back at any time: the launcher resubmits the run, which resumes
+    from its newest checkpoint. NeMo RL saves when (step + 1) % save_period == 0 and at the last step."""
+    where = f"Spot workerGroups[{group}]"
+    if ctx.setting("checkpointing.enabled") is False:
+        yield error(
+            ctx.where("checkpointing.enabled"),
+            f"checkpointing is off with {where}: every resubmission after a preemption starts again at step 0",
+            "set checkpointing.enabled=true, or use on-demand or reservation provisioning",
+        )
+        return
+    steps, period = _whole(ctx.setting(STEPS)), _whole(ctx.setting(PERIOD))
+    if steps is None or period is None or steps < 2 or period < steps:
+        return
+    yield error(
+        ctx.where(_changed_of_period_and_steps(ctx)),
+        f"{PERIOD} {period} with {STEPS} {steps} on {where}: NeMo RL saves every {period} steps and at the last,"
+        " so no checkpoint exists before the run ends and every resubmission after a preemption starts again at step 0",
+        f"set {PERIOD} below {steps} (e.g. {PERIOD}={max(1, steps // 2)})",
+    )
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -26,3 +64,5 @@ def check(ctx: Context) -> Iterator[Finding]:
             f"workerGroups[{spot[0]}] is Spot but a preempted run is not resubmitted",
             "set launcher.follow: true and launcher.maxRestarts >= 1",
         )
+    if spot and v["grpo"].get("enabled", True):
+        yield from _spot_checkpoints(ctx, spot[0])
