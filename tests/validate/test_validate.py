@@ -306,6 +306,12 @@ TOKEN_CASES = {
     ),
     "env-token-wrong-type": ({"extraEnv": [{"name": "HF_TOKEN", "value": [FAKE_TOKEN]}]}, "extraEnv[0].value"),
     "nccl-env-token-wrong-type": ({"nccl": {"extraEnv": {"WANDB_API_KEY": [FAKE_TOKEN]}}}, "nccl.extraEnv.WANDB_API_KEY"),
+    # schema-valid: the token has a key name's characters, the rules refuse it
+    "token-as-key-name": ({"secrets": {"hfTokenKey": FAKE_TOKEN}}, "secrets.hfTokenKey"),
+    "token-as-remote-key": (
+        {"secrets": {"source": "external", "existingSecret": "", "external": {"storeName": "gsm", "hfTokenRemoteKey": FAKE_TOKEN}}},
+        "secrets.external.hfTokenRemoteKey",
+    ),
 }
 
 

@@ -14,6 +14,41 @@ from generator.validate.rules.context import Context
 SECRET_NAME = re.compile(r"(?:^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|(?:API|ACCESS|PRIVATE)_KEY)(?:_|$)", re.I)
 KEYS = {"hfTokenKey": ("hfToken", "hfTokenRemoteKey"), "wandbApiKeyKey": ("wandbApiKey", "wandbApiKeyRemoteKey")}
 
+# The shapes of the tokens themselves, which never name a key, a Secret or a secret-manager entry:
+# Hugging Face access tokens are hf_ and 34 letters (organisation tokens api_org_; the secret
+# scanners' rule, e.g. gitleaks huggingface-access-token; matched here with digits too and from 30
+# characters), W&B API keys 40 hex characters, on-prem ones after a "local-"-style prefix
+# (wandb/sdk/lib/wbauth/validation.py), newer ones about 86 characters starting wandb_v1_
+# (docs.wandb.ai, "Why does my API key fail with 'must be 40 characters long'?"). Matched whole,
+# so key names such as hf_token or HF_TOKEN never are.
+TOKEN_SHAPES = {
+    "a Hugging Face token": re.compile(r"(?:hf|api_org)_[A-Za-z0-9]{30,}"),
+    "a W&B API key": re.compile(r"(?:[a-z]+-)?[0-9a-f]{40}|wandb_v1_\w{40,}"),
+}
+# Where a name belongs: the values key, what it names, and an example name.
+NAME_KEYS = {
+    "hfTokenKey": ("the key in the Secret that holds the token", "HF_TOKEN"),
+    "wandbApiKeyKey": ("the key in the Secret that holds the key", "WANDB_API_KEY"),
+    "existingSecret": ("the Secret's name", "nemo-rl-tokens"),
+    "external.hfTokenRemoteKey": ("the token's name in the secret manager", "hf-token"),
+    "external.wandbApiKeyRemoteKey": ("the key's name in the secret manager", "wandb-api-key"),
+}
+
+
+def _pasted_tokens(sec: dict) -> Iterator[Finding]:
+    """A token pasted where a name belongs. The value is never shown: it is a secret."""
+    for key, (what, example) in NAME_KEYS.items():
+        section, _, name = key.rpartition(".")
+        value = (sec.get(section) or {}).get(name) if section else sec.get(name)
+        kind = next((k for k, shape in TOKEN_SHAPES.items() if isinstance(value, str) and shape.fullmatch(value)), None)
+        if kind is not None:
+            yield error(
+                f"secrets.{key}",
+                f"holds what looks like {kind} (not shown), where {what} belongs: the token is in the configuration"
+                " and, once installed, in Helm's release history",
+                f"revoke it, store the new one in the Secret or secret manager, and set secrets.{key} to its name, e.g. {example}",
+            )
+
 
 def _source(ctx: Context) -> Iterator[Finding]:
     sec = ctx.values["secrets"]
@@ -51,8 +86,9 @@ def _source(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    yield from _source(ctx)
     sec = ctx.values["secrets"]
+    yield from _pasted_tokens(sec)
+    yield from _source(ctx)
     has_source = sec["source"] != "none"
     if ctx.get("logger.wandb_enabled") is True and not (has_source and sec.get("wandbApiKeyKey")):
         key = "secrets.source" if not has_source else "secrets.wandbApiKeyKey"
