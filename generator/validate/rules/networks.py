@@ -1,14 +1,20 @@
-"""RDMA wiring: NIC count, unique names, separate VPCs, nothing RDMA in tcp mode."""
+"""RDMA wiring: NIC count, unique names, separate VPCs, nothing RDMA in tcp mode; the CIDRs of the
+NetworkPolicy's extra peers."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from collections.abc import Iterator
+from typing import Any
 
 from generator.validate.findings import Finding, error, warning
 from generator.validate.rules.context import Context
 
 INTERFACES = "networking.gke.io/interfaces"
+IPV4_WITH_ZEROS = re.compile(r"\d+(\.\d+){3}")
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def _groups_with_interface_annotations(ctx: Context) -> Iterator[tuple[int, str]]:
@@ -17,7 +23,72 @@ def _groups_with_interface_annotations(ctx: Context) -> Iterator[tuple[int, str]
             yield i, g["annotations"][INTERFACES]
 
 
+def cidr_network(text: Any) -> Network | None:
+    """The network the API server reads from a CIDR (Kubernetes' ParseCIDRSloppy: ADDRESS/PREFIX,
+    host bits and leading zeros in IPv4 allowed), or None where it refuses it."""
+    if not isinstance(text, str) or text.count("/") != 1:
+        return None
+    address, prefix = text.split("/")
+    if IPV4_WITH_ZEROS.fullmatch(address):
+        address = ".".join(str(int(part)) for part in address.split("."))
+    try:
+        return ipaddress.ip_network(f"{address}/{prefix}", strict=False)
+    except ValueError:
+        return None
+
+
+def _strict(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=True)
+    except ValueError:
+        return False
+    return True
+
+
+def _ip_block(key: str, block: dict[str, Any]) -> Iterator[Finding]:
+    """Kubernetes' ValidateIPBlock (pkg/apis/networking/validation): cidr is a CIDR, each `except`
+    a CIDR strictly inside it; a CIDR with host bits set passes with a warning ("ambiguous")."""
+    cidr = block.get("cidr")
+    net = cidr_network(cidr)
+    if net is None:
+        yield error(
+            f"{key}.cidr",
+            f"{'no cidr' if cidr is None else repr(cidr) + ' is not a CIDR'}: the API server refuses the NetworkPolicy",
+            "write a network as ADDRESS/PREFIX, e.g. 10.8.0.0/16, or 10.8.1.2/32 for one address",
+        )
+        return
+    if not _strict(cidr):
+        yield warning(
+            f"{key}.cidr",
+            f"{cidr} is not in network form: Kubernetes reads it as {net} (the whole network) and warns that it is ambiguous",
+            f"write {net}, or {cidr.split('/')[0]}/{net.max_prefixlen} for one address",
+        )
+    excepts = block.get("except") or []
+    for j, text in enumerate(excepts if isinstance(excepts, list) else [excepts]):
+        part = cidr_network(text)
+        if part is None or part.version != net.version or not part.subnet_of(net) or part.prefixlen <= net.prefixlen:
+            yield error(
+                f"{key}.except[{j}]",
+                f"{text!r} is not a CIDR strictly inside {net}: the API server refuses the NetworkPolicy",
+                f"list only smaller networks inside {net}, or remove it",
+            )
+
+
+def _ip_blocks(ctx: Context) -> Iterator[Finding]:
+    policy = (ctx.values.get("access") or {}).get("networkPolicy") or {}
+    if not policy.get("enabled", True):
+        return  # not rendered
+    for i, peer in enumerate(policy.get("allowFrom") or []):
+        if isinstance(peer.get("ipBlock"), dict):
+            yield from _ip_block(f"access.networkPolicy.allowFrom[{i}].ipBlock", peer["ipBlock"])
+
+
 def check(ctx: Context) -> Iterator[Finding]:
+    yield from _ip_blocks(ctx)
+    yield from _nics(ctx)
+
+
+def _nics(ctx: Context) -> Iterator[Finding]:
     net = ctx.values["network"]
     nccl_env = ctx.values.get("nccl", {}).get("extraEnv", {}) or {}
     if not ctx.rdma:
