@@ -21,6 +21,8 @@ from generator.values.build import Options, build  # noqa: E402
 from generator.values.files import dump_values  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "invalid"
+# A made-up token of Hugging Face's shape (hf_ and 34 characters); `validate` must never print it.
+PASTED_TOKEN = "hf_" + "0000EXAMPLE0000NOT0000A0000TOKEN00"
 VALID_OUT = Path(__file__).resolve().parent / "valid"
 
 
@@ -755,6 +757,65 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: set_override(v, "grpo.num_generations_per_prompt", "1"),
     ),
+    # runs that lose their work
+    "sto-run-name-changed": (
+        "grpo.runName changed but the checkpoint and log folders still name the old run (two runs share them)",
+        "grpo.runName",
+        False,
+        {},
+        lambda v: v["grpo"].update(runName="gemma3-27b-gsm8k-v2"),
+    ),
+    "sto-checkpoints-of-another-run": (
+        "an extra override putting the checkpoints in another run's folder",
+        "grpo.extraOverrides[checkpointing.checkpoint_dir]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["checkpointing.checkpoint_dir=/data/nemo-rl/baseline/checkpoints"]),
+    ),
+    "run-spot-checkpointing-off": (
+        "checkpointing off on a Spot worker group (every resubmission starts at step 0)",
+        "grpo.extraOverrides[checkpointing.enabled]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["checkpointing.enabled=false"]),
+    ),
+    "run-spot-save-period-above-steps": (
+        "a 5-step run on Spot with the recipe's save period of 10 (no checkpoint before the end)",
+        "grpo.extraOverrides[grpo.max_num_steps]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["grpo.max_num_steps=5"]),
+    ),
+    # storage and secrets
+    "sto-lustre-handle-region": (
+        "a Lustre volumeHandle with a region where the zone belongs",
+        "storage.lustre.volumeHandle",
+        False,
+        {},
+        lambda v: v["storage"]["lustre"].update(volumeHandle="my-project/us-central1/nemo-rl-lustre"),
+    ),
+    "sto-lustre-capacity-step": (
+        "a Lustre capacity no tier offers (9Ti is 9216 GiB; sizes step by 9000 GiB)",
+        "storage.lustre.capacity",
+        False,
+        {},
+        lambda v: v["storage"]["lustre"].update(capacity="9Ti"),
+    ),
+    "sec-token-as-key-name": (
+        "a Hugging Face token pasted where the Secret's key name belongs",
+        "secrets.hfTokenKey",
+        False,
+        {},
+        lambda v: v["secrets"].update(hfTokenKey=PASTED_TOKEN),
+    ),
+    # the chart's NetworkPolicy
+    "net-ipblock-cidr": (
+        "an ipBlock CIDR with a prefix longer than 32 bits",
+        "access.networkPolicy.allowFrom[0].ipBlock.cidr",
+        False,
+        {},
+        lambda v: v["access"]["networkPolicy"].update(allowFrom=[{"ipBlock": {"cidr": "10.8.0.0/33"}}]),
+    ),
 }
 
 
@@ -814,6 +875,50 @@ VALID_CASES: dict[str, tuple[str, dict[str, Any], Mutation]] = {
         "a whole number where the recipe has a float (Hydra and NeMo RL accept it)",
         {},
         lambda v: v["grpo"].update(extraOverrides=["policy.generation.vllm_cfg.gpu_memory_utilization=1"]),
+    ),
+    "run-name-with-its-own-folders": (
+        "a new grpo.runName with the checkpoint and log folders moved with it",
+        {},
+        lambda v: (
+            v["grpo"].update(runName="exp-2"),
+            v["grpo"].update(
+                extraOverrides=["checkpointing.checkpoint_dir=/data/nemo-rl/exp-2/checkpoints", "logger.log_dir=/data/nemo-rl/exp-2/logs"]
+            ),
+        ),
+    ),
+    "outputs-in-own-layout": (
+        "checkpoints and logs in a folder layout of the user's own, outside <mount>/nemo-rl/",
+        {},
+        lambda v: v["grpo"].update(
+            extraOverrides=["checkpointing.checkpoint_dir=/data/experiments/a/ckpt", "logger.log_dir=/data/experiments/a/logs"]
+        ),
+    ),
+    "spot-short-run-with-save-period": (
+        "a 5-step run on Spot that saves every 2 steps",
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["grpo.max_num_steps=5", "checkpointing.save_period=2"]),
+    ),
+    "on-demand-without-checkpoints": (
+        "checkpointing off on on-demand nodes (no preemption to resume from)",
+        {"provisioning": "on-demand"},
+        lambda v: v["grpo"].update(extraOverrides=["checkpointing.enabled=false"]),
+    ),
+    "lustre-zone-and-tier-sizes": (
+        "a volumeHandle with a zone, and 1548000Gi (a 500 MB/s per TiB size; not one at 1000)",
+        {},
+        lambda v: v["storage"]["lustre"].update(volumeHandle="my-project/us-central1-a/nemo-rl-lustre", capacity="1548000Gi"),
+    ),
+    "secret-key-names": (
+        "Secret key names that start like tokens but are names (hf_token, wandb_api_key)",
+        {"wandb": True},
+        lambda v: v["secrets"].update(hfTokenKey="hf_token", wandbApiKeyKey="wandb_api_key"),
+    ),
+    "ipblock-cidrs": (
+        "NetworkPolicy peers by IPv4 and IPv6 CIDR, with an exception inside the first",
+        {},
+        lambda v: v["access"]["networkPolicy"].update(
+            allowFrom=[{"ipBlock": {"cidr": "10.8.0.0/16", "except": ["10.8.1.0/24"]}}, {"ipBlock": {"cidr": "fd00::/8"}}]
+        ),
     ),
 }
 
