@@ -557,8 +557,11 @@ def test_notes_explain_how_to_watch_and_reach_the_dashboard(helms):
     assert "placeholder instance" in notes
     assert "This release owns the cluster-wide GKE network objects (gvnic-1, rdma-0..rdma-7)" in notes
     assert "--existing-networks" in notes
+    assert "suspends the RayCluster (under Kueue: scales its GPU worker groups to 0)" in notes
     quiet = helm.run(["install", "nemo-rl", str(CHART), "--dry-run=client", "--set", "network.createObjects=false"])
     assert "owns the cluster-wide" not in quiet.split("NOTES:", 1)[1]
+    kept = helm.run(["install", "nemo-rl", str(CHART), "--dry-run=client", "--set", "launcher.releaseGpus=false"])
+    assert "the GPU workers stay up until `helm uninstall`" in kept.split("NOTES:", 1)[1]
 
 
 def test_rendered_yaml_is_plain(helm):
