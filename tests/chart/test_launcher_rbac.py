@@ -79,3 +79,12 @@ def test_no_token_and_no_rbac_without_the_release(helm, changes):
         assert tpl["spec"]["automountServiceAccountToken"] is False, name
     if changes.get("grpo.enabled", True):
         assert "gpu_release" not in launch_json(objs)
+
+
+def test_the_chart_never_renders_what_the_launcher_patches(helm):
+    # Helm 3 patches a custom resource with the difference between its old and new manifests, and
+    # Helm 4's server-side apply sends only the fields the chart renders: an unchanged upgrade
+    # leaves spec.suspend as the launcher set it.
+    cluster = one(render(helm), "RayCluster")
+    assert "suspend" not in cluster["spec"]
+    assert all("suspend" not in group for group in cluster["spec"]["workerGroupSpecs"])

@@ -273,3 +273,61 @@ def test_a_role_for_another_cluster_is_refused_and_reported(cluster, api, kubera
     ) in out
     assert api.writes() == [] and gpu_nodes(cluster) == GPU_NODES
     assert (tmp_path / "volume-launcher" / f"{rid}.json").exists()
+
+
+FAILS = """
+import sys
+print('CUDA out of memory', flush=True)
+sys.exit(1)
+"""
+RUNS_LONG = """
+import time
+print('training', flush=True)
+time.sleep(120)
+"""
+
+
+def stop_when_running(address: str, job_id: str) -> threading.Thread:
+    """`ray job stop` once the run is RUNNING, as a user would."""
+    from ray.job_submission import JobSubmissionClient
+
+    def stop() -> None:
+        client = JobSubmissionClient(address)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if str(client.get_job_status(job_id)) == "RUNNING":
+                    client.stop_job(job_id)
+                    return
+            except RuntimeError:  # not submitted yet
+                pass
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=stop, daemon=True)
+    thread.start()
+    return thread
+
+
+def end_for_good(cluster, api, kuberay, rendered, tmp_path, *, ending: str) -> None:
+    rid = new_id()
+    (tmp_path / "checkpoints" / "step_10").mkdir(parents=True)  # the attempts write no newer one
+    body = FAILS if ending == "stalled" else RUNS_LONG
+    spec = launcher_spec(rendered, api, tmp_path, rid, entrypoint=stand_in(tmp_path, ending, body), max_restarts=3)
+    stopper = stop_when_running(cluster.dashboard_url, rid) if ending == "stopped" else None
+    rc, out = run(cluster, api, kuberay, tmp_path, spec)
+    if stopper is not None:
+        stopper.join(10)
+    assert rc == 3, out
+    recorded = json.loads((tmp_path / "volume-launcher" / f"{rid}.json").read_text())
+    assert (recorded["state"], recorded["reason"]) == {"stalled": ("failed", "stalled"), "stopped": ("stopped", "stopped-by-user")}[ending]
+    assert recorded["step"] == 10
+    assert patches(api) == [("application/merge-patch+json", {"spec": {"suspend": True}})]
+    assert gpu_nodes(cluster) == []
+
+
+def test_a_repeating_failure_releases_the_gpu_workers(cluster, api, kuberay, rendered, tmp_path):
+    end_for_good(cluster, api, kuberay, rendered, tmp_path, ending="stalled")
+
+
+def test_a_stopped_run_releases_the_gpu_workers(cluster, api, kuberay, rendered, tmp_path):
+    end_for_good(cluster, api, kuberay, rendered, tmp_path, ending="stopped")
