@@ -599,7 +599,8 @@ def test_printed_next_steps_write_values_that_the_chart_renders_with_the_lustre_
         assert pv["spec"]["csi"]["volumeHandle"] == "my-project/us-central1-b/nemo-rl-lustre"
         assert pv["spec"]["csi"]["volumeAttributes"] == {"ip": "10.90.0.5", "filesystem": "lfs"}
         assert pv["spec"]["capacity"]["storage"] == "9000Gi"
-        assert not [o for o in objs if o["kind"] == "ServiceAccount"], "the script created the service account"
+        accounts = [o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"]
+        assert accounts == ["nemo-rl-launcher"], "the script created the Ray pods' account; the chart makes only the launcher's"
         ray = next(o for o in objs if o["kind"] == "RayCluster")
         assert ray["spec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"] == "nemo-rl-ksa"
 
