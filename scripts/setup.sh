@@ -17,26 +17,30 @@ done
 scripts/bootstrap.sh "$profile"
 
 py=.venv/bin/python
+# One values file per accelerator profile of the table (generator/gke/profiles.py).
+profiles="$("$py" -c 'from generator.gke.profiles import PROFILES; print(*PROFILES)')"
+files=()
+for gpu in $profiles; do files+=("values-$gpu.yaml"); done
 echo "==> generate values files"
-for gpu in $("$py" -c 'from generator.gke.profiles import ACCELERATORS; print(*ACCELERATORS)'); do
+for gpu in $profiles; do
   if [ -e "values-$gpu.yaml" ]; then
     # never over a file the user may have edited (docs/install-on-gke.md, step 2)
     echo "    values-$gpu.yaml exists: kept (delete it to write a fresh one)"
   else
-    "$py" -m generator --gpu "$gpu" | sed 's/^/    /'
+    "$py" -m generator --gpu "$gpu" 2>&1 | sed 's/^/    /'
   fi
 done
 echo "==> validate"
-"$py" -m generator validate values-b200.yaml values-h200.yaml | sed 's/^/    /'
+"$py" -m generator validate "${files[@]}" | sed 's/^/    /'
 echo "==> lint (helm lint --strict, both pinned Helm majors)"
 for helm in .tools/helm/*/helm; do
-  for f in values-b200.yaml values-h200.yaml; do
+  for f in "${files[@]}"; do
     "$helm" lint --strict charts/nemo-rl-gke -f "$f" >/dev/null
   done
   echo "    $("$helm" version --short): ok"
 done
 echo "==> render and validate every object"
-"$py" -m generator render values-b200.yaml values-h200.yaml --out out | sed 's/^/    /'
+"$py" -m generator render "${files[@]}" --out out | sed 's/^/    /'
 
 cat <<'NEXT'
 
