@@ -59,28 +59,36 @@ class Pod:
     group: int | None = None
 
 
+def _at(node: Any, *keys: str) -> dict[str, Any]:
+    """node[k1][k2]... as a map; {} where a level is missing or not a map."""
+    for k in keys:
+        node = node.get(k) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def _template_pod(where: str, template: dict[str, Any], resources: str, scheduling: str, *, ray: str = "", group: int | None = None) -> Pod:
+    return Pod(where, _at(template, "spec"), _at(template, "metadata", "labels"), resources, scheduling, ray, group)
+
+
+def _ray_pods(name: str, spec: dict[str, Any]) -> Iterator[Pod]:
+    yield _template_pod(f"RayCluster/{name} head", _at(spec, "headGroupSpec", "template"), "head", "head", ray="head")
+    for i, g in enumerate(spec.get("workerGroupSpecs") or []):
+        where = f"RayCluster/{name} workerGroupSpecs[{i}]"
+        yield _template_pod(where, _at(g, "template"), "worker", f"workerGroups[{i}]", ray="worker", group=i)
+
+
 def _pods(objs: list[dict[str, Any]]) -> Iterator[Pod]:
     for o in objs:
-        kind, name = o.get("kind"), (o.get("metadata") or {}).get("name", "?")
-        spec = o.get("spec") or {}
+        kind, name, spec = o.get("kind"), _at(o, "metadata").get("name", "?"), _at(o, "spec")
         if kind == "RayCluster":
-            head = (spec.get("headGroupSpec") or {}).get("template") or {}
-            yield Pod(
-                f"RayCluster/{name} head", head.get("spec") or {}, (head.get("metadata") or {}).get("labels") or {}, "head", "head", "head"
-            )
-            for i, g in enumerate(spec.get("workerGroupSpecs") or []):
-                t = g.get("template") or {}
-                labels = (t.get("metadata") or {}).get("labels") or {}
-                yield Pod(
-                    f"RayCluster/{name} workerGroupSpecs[{i}]", t.get("spec") or {}, labels, "worker", f"workerGroups[{i}]", "worker", i
-                )
+            yield from _ray_pods(name, spec)
         elif kind == "Job":
-            t = spec.get("template") or {}
-            component = ((t.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component", "")
-            res = "prepare" if "prepare" in str(component) or "prepare" in str(name) else "launcher"
-            yield Pod(f"Job/{name}", t.get("spec") or {}, (t.get("metadata") or {}).get("labels") or {}, res, "launcher")
+            template = _at(spec, "template")
+            component = str(_at(template, "metadata", "labels").get("app.kubernetes.io/component", ""))
+            resources = "prepare" if "prepare" in component or "prepare" in str(name) else "launcher"
+            yield _template_pod(f"Job/{name}", template, resources, "launcher")
         elif kind == "Pod":
-            yield Pod(f"Pod/{name}", spec, (o.get("metadata") or {}).get("labels") or {}, "", "")
+            yield Pod(f"Pod/{name}", spec, _at(o, "metadata", "labels"), "", "")
 
 
 def _find(values: dict[str, Any], prefixes: list[str], field: str, item: Any) -> str | None:
