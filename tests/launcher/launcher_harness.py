@@ -8,7 +8,10 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+
+from generator.rehearse.cluster import LocalCluster
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "charts" / "nemo-rl-gke" / "files" / "launcher.py"
 
@@ -55,3 +58,22 @@ for i in range(3):
     print(f"grpo step {i} reward 0.5", flush=True)
     time.sleep(0.2)
 """
+
+
+@dataclass
+class ClusterHead:
+    """What the harness needs of a head (the Jobs API address, a folder, the environment), for a
+    multi-node local Ray cluster."""
+
+    cluster: LocalCluster
+
+    @property
+    def address(self) -> str:
+        return self.cluster.dashboard_url
+
+    @property
+    def workdir(self) -> Path:
+        return self.cluster.workdir
+
+    def env(self) -> dict[str, str]:
+        return self.cluster.env()

@@ -12,24 +12,21 @@ from __future__ import annotations
 import json
 import queue
 import re
-import shutil
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import kinds, one, render, values_for
-from launcher_harness import jobs_with_prefix, new_id, stand_in, start_launcher
+from launcher_harness import ClusterHead, jobs_with_prefix, new_id, stand_in, start_launcher
 
-from generator.rehearse.cluster import LocalCluster, tagged_pids
+from generator.rehearse.cluster import LocalCluster
 from generator.rehearse.topology import NodeSpec
 from generator.render import helm as helm_mod
 from tests.kube_api.stand_in import ApiStandIn
+from tests.rehearse.rehearse_harness import cluster_of
 
 pytestmark = pytest.mark.ray
 
@@ -47,34 +44,9 @@ sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 """
 
 
-@dataclass
-class Head:
-    cluster: LocalCluster
-
-    @property
-    def address(self) -> str:
-        return self.cluster.dashboard_url
-
-    @property
-    def workdir(self) -> Path:
-        return self.cluster.workdir
-
-    def env(self) -> dict[str, str]:
-        return self.cluster.env()
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    workdir = Path(tempfile.mkdtemp(prefix="lg-", dir="/tmp"))  # short: Ray's socket paths
-    c = LocalCluster(workdir, tag=f"launcher-release-{uuid.uuid4().hex[:8]}")
-    try:
-        c.start(NODES)
-        yield c
-    finally:
-        survivors = c.shutdown()
-        shutil.rmtree(workdir, ignore_errors=True)
-    assert survivors == []
-    assert tagged_pids(c.tag, workdir) == []
+    yield from cluster_of(NODES, "launcher-release")
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +120,7 @@ def launcher_spec(rendered: dict[str, Any], api: ApiStandIn, tmp_path: Path, rid
 
 def run(cluster: LocalCluster, api: ApiStandIn, kuberay: KubeRay, tmp_path: Path, spec: dict[str, Any]) -> tuple[int, str]:
     """The launcher to its end, with KubeRay reconciling meanwhile; (exit status, output)."""
-    head = Head(cluster)
+    head = ClusterHead(cluster)
     proc = start_launcher(head, tmp_path, env=head.env() | api.pod_environment(), **spec)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)

@@ -5,20 +5,16 @@ still ends the run after two attempts."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from launcher_harness import jobs_with_prefix, new_id, run_launcher, stand_in, start_launcher
+from launcher_harness import ClusterHead, jobs_with_prefix, new_id, run_launcher, stand_in, start_launcher
 
-from generator.rehearse.cluster import LocalCluster, tagged_pids
+from generator.rehearse.cluster import LocalCluster
 from generator.rehearse.topology import NodeSpec
+from tests.rehearse.rehearse_harness import cluster_of
 
 pytestmark = pytest.mark.ray
 
@@ -30,36 +26,9 @@ NODES = [
 ]
 
 
-@dataclass
-class Head:
-    """What launcher_harness needs of a head: the Jobs API address, a folder and the environment."""
-
-    cluster: LocalCluster
-
-    @property
-    def address(self) -> str:
-        return self.cluster.dashboard_url
-
-    @property
-    def workdir(self) -> Path:
-        return self.cluster.workdir
-
-    def env(self) -> dict[str, str]:
-        return self.cluster.env()
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    workdir = Path(tempfile.mkdtemp(prefix="lp-", dir="/tmp"))  # short: Ray's socket paths
-    c = LocalCluster(workdir, tag=f"launcher-preempt-{uuid.uuid4().hex[:8]}")
-    try:
-        c.start(NODES)
-        yield c
-    finally:
-        survivors = c.shutdown()
-        shutil.rmtree(workdir, ignore_errors=True)
-    assert survivors == []
-    assert tagged_pids(c.tag, workdir) == []
+    yield from cluster_of(NODES, "launcher-preempt")
 
 
 @pytest.fixture
@@ -96,7 +65,7 @@ def test_two_preemptions_without_a_new_checkpoint_do_not_end_the_run(cluster, cl
     (ckpt / "step_10").mkdir(parents=True)  # the last checkpoint: no attempt gets to write the next
     entry = f"{stand_in(tmp_path, 'preempted', PREEMPTED_TWICE)} {state}"
     spec = {"expected_gpus": 16, "expected_nodes": 3, "follow": True, "max_restarts": 3, "checkpoint_dir": str(ckpt)}
-    proc = start_launcher(Head(cluster), tmp_path, submission_id=rid, entrypoint=entry, timeouts={"gpus_s": 60}, **spec)
+    proc = start_launcher(ClusterHead(cluster), tmp_path, submission_id=rid, entrypoint=entry, timeouts={"gpus_s": 60}, **spec)
     out = []
     try:
         assert proc.stdout is not None
@@ -127,7 +96,7 @@ def test_a_repeating_failure_with_every_gpu_node_alive_still_ends_the_run(cluste
     (ckpt / "step_10").mkdir(parents=True)
     entry = stand_in(tmp_path, "oom", "import sys\nprint('CUDA out of memory', flush=True)\nsys.exit(1)\n")
     proc = run_launcher(
-        Head(cluster), tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=16, expected_nodes=3, follow=True,
+        ClusterHead(cluster), tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=16, expected_nodes=3, follow=True,
         max_restarts=3, checkpoint_dir=str(ckpt),
     )  # fmt: skip
     assert proc.returncode == 3, proc.stdout + proc.stderr

@@ -18,6 +18,7 @@ import yaml
 
 from generator.rehearse.cluster import TAG_ENV, LocalCluster, tagged_pids
 from generator.rehearse.run import Request, rehearse, render
+from generator.rehearse.topology import NodeSpec
 from generator.values.build import Options, build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,10 +56,16 @@ def cli(*args: str, tag: str, timeout: float = 300) -> subprocess.CompletedProce
 
 
 def start_cluster(values: Path) -> Iterator[LocalCluster]:
+    yield from cluster_of(render(Request(values))[1].nodes, "rh-test")
+
+
+def cluster_of(nodes: list[NodeSpec], tag: str) -> Iterator[LocalCluster]:
+    """A local Ray cluster of these nodes, for a fixture to yield; on the way out every one of its
+    processes is ended (and the test fails if one survives)."""
     workdir = Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))  # short: Ray's socket paths
-    cluster = LocalCluster(workdir, tag=f"rh-test-{uuid.uuid4().hex[:8]}")
+    cluster = LocalCluster(workdir, tag=f"{tag}-{uuid.uuid4().hex[:8]}")
     try:
-        cluster.start(render(Request(values))[1].nodes)
+        cluster.start(nodes)
         yield cluster
     finally:
         survivors = cluster.shutdown()
