@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,18 @@ HEAD_MEMORY_GIB = 24
 # Ray sizes the head's object store at 30% of the pod's memory but not under 10 GB (when /dev/shm is
 # smaller); an object store larger than /dev/shm goes to /tmp, the container's disk.
 HEAD_SHM_GIB = 12
+# Autopilot gives a container that requests no ephemeral storage 1 GiB ("Resource requests in Autopilot",
+# https://docs.cloud.google.com/kubernetes-engine/docs/concepts/autopilot-resource-requests), while Ray
+# writes its logs, spilled objects and compile caches to the container's disk. Google's own Autopilot
+# RayCluster for B200/H200 (kubernetes-engine-samples ai-ml/verl-on-gke/ray-cluster-auto.yaml) requests
+# 9Gi for the head and 1000Gi per GPU worker; the worker's is checked against the machine's local SSD.
+HEAD_EPHEMERAL_GIB = 9
+WORKER_EPHEMERAL_GIB = 1000
+# Every capability dropped: GKE's RDMA test pods for A3 Ultra/A4 (container-engine-accelerators
+# gpudirect-rdma/nccl-test.yaml) run with no securityContext and so add none; the Ray processes run as
+# root and every other writer of the shared volume (launcher, preparation Job) is root too, so none of
+# the runtime's default set (NET_RAW, CHOWN, DAC_OVERRIDE, ...) is needed.
+RAY_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": []}}
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,7 @@ class Options:
     existing_networks: bool = False  # cluster-scoped objects another release already owns
     provisioning: str = DEFAULT_PROVISIONING
     reservation: str = ""
+    reservation_project: str = ""  # the project that shares the reservation, when not the cluster's
     release: str = releases.DEFAULT_RELEASE
     model: str = grpo.DEFAULT_MODEL
     generation_nodes: int | None = None
@@ -72,25 +86,32 @@ def network_values(prefix: str, rdma_nics: int, create_objects: bool = True) -> 
     }
 
 
-def worker_values(gpu: str) -> dict[str, Any]:
+def _ephemeral(resources: dict[str, Any], gib_: int) -> dict[str, Any]:
+    """resources with ephemeral-storage requested and limited at gib_ (Autopilot sets limits to requests)."""
+    return {kind: {**values, "ephemeral-storage": _quantity_gib(gib_)} for kind, values in resources.items()}
+
+
+def worker_values(gpu: str, mode: str = DEFAULT_MODE) -> dict[str, Any]:
     s = worker_sizing(profile(gpu))
+    resources = {
+        "requests": {"cpu": str(s.cpu), "memory": _quantity_gib(s.memory_request_gib)},
+        "limits": {"cpu": str(s.cpu), "memory": _quantity_gib(s.memory_limit_gib)},
+    }
     return {
-        "resources": {
-            "requests": {"cpu": str(s.cpu), "memory": _quantity_gib(s.memory_request_gib)},
-            "limits": {"cpu": str(s.cpu), "memory": _quantity_gib(s.memory_limit_gib)},
-        },
+        "resources": _ephemeral(resources, WORKER_EPHEMERAL_GIB) if mode == "autopilot" else resources,
         "shmSize": _quantity_gib(s.shm_gib),
         "rayStartParams": {},
-        "securityContext": {},
+        "securityContext": {"privileged": False, **copy.deepcopy(RAY_CONTAINER_SECURITY)},
     }
 
 
-def worker_group(name: str, replicas: int, provisioning: str, reservation: str) -> dict[str, Any]:
+def worker_group(name: str, replicas: int, provisioning: str, reservation: str, reservation_project: str = "") -> dict[str, Any]:
     return {
         "name": name,
         "replicas": replicas,
         "provisioning": provisioning,
         "reservationName": reservation,
+        "reservationProject": reservation_project,
         "nodeSelector": {},
         "tolerations": [],
         "labels": {},
@@ -150,6 +171,7 @@ def launcher_values() -> dict[str, Any]:
         "previousRuns": "wait",
         "releaseGpus": True,
         "timeouts": {"prepareSeconds": 14400, "headSeconds": 3600, "gpusSeconds": 7200},
+        "runAsUser": 0,
         "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         "nodeSelector": {},
         "tolerations": [],
@@ -161,12 +183,17 @@ def prepare_values(rel: releases.NemoRlRelease) -> dict[str, Any]:
         "enabled": True,
         "downloadModel": True,
         "gsm8kJsonlDir": grpo.gsm8k_jsonl_dir(rel, MOUNT_PATH),
+        "runAsUser": 0,
         "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "32Gi"}},
     }
 
 
 def groups(opts: Options) -> tuple[GroupSpec, ...]:
     return opts.groups or (GroupSpec("gpu", opts.nodes, opts.provisioning, opts.reservation),)
+
+
+def _reservation_project(opts: Options, group: GroupSpec) -> str:
+    return opts.reservation_project if group.provisioning == "reservation" else ""
 
 
 def provisionings(opts: Options) -> set[str]:
@@ -177,6 +204,14 @@ def gke_values(mode: str) -> dict[str, Any]:
     if mode not in MODES:
         raise ValueError(f"unknown GKE mode {mode!r}: choose {' or '.join(MODES)}")
     return {"mode": mode, "headComputeClass": "Balanced" if mode == "autopilot" else "", "gpuComputeClass": ""}
+
+
+def head_resources(mode: str) -> dict[str, Any]:
+    resources = {
+        "requests": {"cpu": str(HEAD_CPU), "memory": _quantity_gib(HEAD_MEMORY_GIB)},
+        "limits": {"cpu": str(HEAD_CPU), "memory": _quantity_gib(HEAD_MEMORY_GIB + HEAD_SHM_GIB)},
+    }
+    return _ephemeral(resources, HEAD_EPHEMERAL_GIB) if mode == "autopilot" else resources
 
 
 def build(opts: Options) -> dict[str, Any]:
@@ -196,6 +231,7 @@ def build(opts: Options) -> dict[str, Any]:
             "repository": releases.IMAGE_REPOSITORY,
             "tag": rel.tag,
             "pullPolicy": "IfNotPresent",
+            "digest": "",
             "preload": {"diskImage": "", "project": ""},
         },
         "imagePullSecrets": [],
@@ -219,19 +255,19 @@ def build(opts: Options) -> dict[str, Any]:
         "dataSafety": {"podDisruptionBudget": True},
         "extraEnv": [],
         "head": {
-            "resources": {
-                "requests": {"cpu": str(HEAD_CPU), "memory": _quantity_gib(HEAD_MEMORY_GIB)},
-                "limits": {"cpu": str(HEAD_CPU), "memory": _quantity_gib(HEAD_MEMORY_GIB + HEAD_SHM_GIB)},
-            },
+            "resources": head_resources(opts.mode),
             "shmSize": _quantity_gib(HEAD_SHM_GIB),
             "rayStartParams": {},
+            "securityContext": copy.deepcopy(RAY_CONTAINER_SECURITY),
             "nodeSelector": {},
             "tolerations": [],
             "labels": {},
             "annotations": {},
         },
-        "worker": worker_values(opts.gpu),
-        "workerGroups": [worker_group(g.name, g.replicas, g.provisioning, g.reservation) for g in groups(opts)],
+        "worker": worker_values(opts.gpu, opts.mode),
+        "workerGroups": [
+            worker_group(g.name, g.replicas, g.provisioning, g.reservation, _reservation_project(opts, g)) for g in groups(opts)
+        ],
         "grpo": spec,
         "launcher": launcher_values(),
         "prepare": prepare_values(rel),
@@ -259,6 +295,7 @@ def fluent_bit_values() -> dict[str, Any]:
     return {
         "enabled": False,
         "image": {"repository": "fluent/fluent-bit", "tag": "3.2.10", "pullPolicy": "IfNotPresent"},
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        # A CPU limit too: the sidecar shares the pod with Ray, whose CPUs KubeRay counts from the Ray container alone.
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}},
         "config": FLUENT_BIT_CONFIG,
     }

@@ -55,6 +55,11 @@ GENERATE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--provisioning", "how GPU nodes are obtained; default spot", choices=lambda: PROVISIONING, unset_default=True, header=5),
     OptionSpec("--reservation", "reservation name (with --provisioning reservation)", unset_default=True, header=6),
     OptionSpec(
+        "--reservation-project",
+        "project that shares the reservation with the cluster's (cloud.google.com/reservation-project); default the cluster's",
+        header=21,
+    ),
+    OptionSpec(
         "--groups",
         "several worker groups instead of --nodes/--provisioning: NAME=REPLICAS[:PROVISIONING[:RESERVATION]],... "
         "e.g. train=4:reservation:res-a,generate=4:spot",

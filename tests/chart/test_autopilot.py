@@ -39,7 +39,9 @@ def test_standard_and_autopilot_differ_only_in_scheduling_keys(helm, gpu):
         a, b = flatten(std[key]), flatten(auto[key])
         differing |= {p for p in a.keys() | b.keys() if a.get(p) != b.get(p)}
     assert differing, "autopilot changed nothing"
-    assert all(".nodeSelector." in p for p in differing), sorted(differing)
+    # and the Ray containers' disk: Autopilot gives a container without a request 1 GiB
+    assert all(".nodeSelector." in p or p.endswith(".ephemeral-storage") for p in differing), sorted(differing)
+    assert any(p.endswith(".ephemeral-storage") for p in differing)
     rc = auto[("RayCluster", "nemo-rl")]
     head_sel = rc["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"]
     assert head_sel == {"cloud.google.com/compute-class": "Balanced"}

@@ -571,3 +571,22 @@ def test_rendered_yaml_is_plain(helm):
         parsed = yaml.safe_load(doc)
         if parsed["kind"] != "ConfigMap":  # file contents may hold blank lines
             assert not re.search(r"^\s+$", doc, re.M), parsed["kind"]
+
+
+def test_a_shared_reservation_is_selected_by_its_project_too(helm):
+    v = values_for(provisioning="reservation", reservation="res-a", reservation_project="other-proj")
+    assert v["workerGroups"][0]["reservationProject"] == "other-proj"
+    rc = one(render(helm, [v]), "RayCluster")
+    selector = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
+    assert selector["cloud.google.com/reservation-name"] == "res-a"
+    assert selector["cloud.google.com/reservation-project"] == "other-proj"
+    own = one(render(helm, [values_for(provisioning="reservation", reservation="res-a")]), "RayCluster")
+    assert "cloud.google.com/reservation-project" not in own["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
+    assert values_for(reservation_project="other-proj")["workerGroups"][0]["reservationProject"] == ""  # Spot: nothing to select
+
+
+def test_an_image_digest_pins_every_pod_of_the_release(helm):
+    digest = "sha256:" + "ab" * 32
+    objs = render(helm, [with_changes(values_for(), {"image.digest": digest})])
+    images = {c["image"] for _, tpl in pod_specs(objs) for c in tpl["spec"]["containers"]}
+    assert images == {f"nvcr.io/nvidia/nemo-rl:v0.7.0@{digest}"}

@@ -106,7 +106,7 @@ def test_launcher_reads_the_shared_volume_read_only_and_writes_only_its_outcome_
     objs = render(helm, [values_for(wandb=True)])
     tpl = jobs(objs)["launcher"]["spec"]["template"]
     (c,) = tpl["spec"]["containers"]
-    assert {e["name"] for e in c.get("env", [])} == {"PYTHONUNBUFFERED"}
+    assert {e["name"] for e in c.get("env", [])} == {"PYTHONUNBUFFERED", "HOME", "PYTHONDONTWRITEBYTECODE"}  # HOME: /tmp, read-only root
     assert c["command"] == ["python", "/etc/nemo-rl-gke/launcher.py", "/etc/nemo-rl-gke/launch.json"]
     shared = [m for m in c["volumeMounts"] if m["name"] == "shared-data"]
     assert shared == [

@@ -101,8 +101,37 @@ name in different namespaces do not collide. */}}
 {{- printf "%s-%s-lustre" .Release.Namespace (include "nemo-rl-gke.fullname" .) | trunc 253 -}}
 {{- end -}}
 
+{{/* repository:tag, or repository:tag@digest with image.digest (the kubelet then pulls by digest). */}}
 {{- define "nemo-rl-gke.image" -}}
 {{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- with .Values.image.digest }}@{{ . }}{{ end -}}
+{{- end -}}
+
+{{/* The pod-level security context of the Ray pods: the container runtime's default seccomp
+profile. GKE Standard runs pods without it unconfined (Autopilot applies it itself); Kubernetes'
+baseline Pod Security level allows RuntimeDefault and Localhost only. */}}
+{{- define "nemo-rl-gke.rayPodSecurity" -}}
+{{- dict "seccompProfile" (dict "type" "RuntimeDefault") | toYaml -}}
+{{- end -}}
+
+{{/* The securityContext of a Ray container from head/worker.securityContext. With privileged: true
+only that is rendered: the API server refuses allowPrivilegeEscalation: false beside it, and a
+privileged container has every capability anyway. */}}
+{{- define "nemo-rl-gke.rayContainerSecurity" -}}
+{{- $sc := . | default dict -}}
+{{- if $sc.privileged -}}
+privileged: true
+{{- else -}}
+{{- $out := dict -}}
+{{- if hasKey $sc "allowPrivilegeEscalation" }}{{ $_ := set $out "allowPrivilegeEscalation" $sc.allowPrivilegeEscalation }}{{ end -}}
+{{- $caps := dict -}}
+{{- with ($sc.capabilities | default dict) -}}
+{{- with .drop }}{{ $_ := set $caps "drop" . }}{{ end -}}
+{{- with .add }}{{ $_ := set $caps "add" . }}{{ end -}}
+{{- end -}}
+{{- with $caps }}{{ $_ := set $out "capabilities" . }}{{ end -}}
+{{- with $out }}{{ toYaml . }}{{ end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* ---------------------------------------------------------------------------------
@@ -223,6 +252,12 @@ livenessProbe:
   resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+  # It only reads Ray's log files and prints them: nothing to write, no privilege to gain.
+  securityContext:
+    readOnlyRootFilesystem: true
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
   volumeMounts:
     - name: fluent-bit-config
       mountPath: /fluent-bit/etc/
@@ -281,6 +316,10 @@ cloud.google.com/gke-flex-start: "true"
 {{- else if eq $p "reservation" }}
 cloud.google.com/reservation-name: {{ required (printf "workerGroups[%s].reservationName is required when provisioning is reservation" .name) .reservationName | quote }}
 cloud.google.com/reservation-affinity: "specific"
+{{- with .reservationProject }}
+# A reservation shared from another project is found by its owner's project too.
+cloud.google.com/reservation-project: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 

@@ -11,7 +11,7 @@ metadata:
     {{- include "nemo-rl-gke.stableLabels" (dict "ctx" . "component" "launcher") | nindent 4 }}
 spec:
   restartPolicy: Never
-  {{- include "nemo-rl-gke.jobPodSecurity" (dict "ctx" . "launcher" true) | nindent 2 }}
+  {{- include "nemo-rl-gke.jobPodSecurity" (dict "ctx" . "launcher" true "runAsUser" .Values.launcher.runAsUser) | nindent 2 }}
   affinity:
     # Land next to the Ray head, whose node already holds the NeMo RL image.
     podAffinity:
@@ -31,6 +31,7 @@ spec:
       env:
         - name: PYTHONUNBUFFERED
           value: "1"
+        {{- include "nemo-rl-gke.jobScratchEnv" . | nindent 8 }}
       {{- include "nemo-rl-gke.containerSecurity" . | nindent 6 }}
       resources:
         {{- toYaml .Values.launcher.resources | nindent 8 }}
@@ -38,6 +39,7 @@ spec:
         - name: run-files
           mountPath: /etc/nemo-rl-gke
           readOnly: true
+        {{- include "nemo-rl-gke.jobScratch" (dict "mount" true) | nindent 8 }}
         # Read-only: the launcher only looks at checkpoints and the preparation marker.
         - name: shared-data
           mountPath: {{ .Values.storage.mountPath }}
@@ -52,6 +54,7 @@ spec:
     - name: run-files
       configMap:
         name: {{ include "nemo-rl-gke.runConfigMapName" . }}
+    {{- include "nemo-rl-gke.jobScratch" (dict "mount" false) | nindent 4 }}
     # Read-only per mount above (a claim-level readOnly would make the outcome folder read-only too).
     - name: shared-data
       persistentVolumeClaim:
@@ -64,7 +67,7 @@ metadata:
     {{- include "nemo-rl-gke.stableLabels" (dict "ctx" . "component" "prepare") | nindent 4 }}
 spec:
   restartPolicy: Never
-  {{- include "nemo-rl-gke.jobPodSecurity" (dict "ctx" .) | nindent 2 }}
+  {{- include "nemo-rl-gke.jobPodSecurity" (dict "ctx" . "runAsUser" .Values.prepare.runAsUser) | nindent 2 }}
   containers:
     - name: prepare
       image: {{ include "nemo-rl-gke.image" . }}
@@ -73,6 +76,7 @@ spec:
       env:
         - name: PYTHONUNBUFFERED
           value: "1"
+        {{- include "nemo-rl-gke.jobScratchEnv" . | nindent 8 }}
         - name: HF_HOME
           value: {{ .Values.storage.hfHome | quote }}
         {{- with include "nemo-rl-gke.tokenSecret" . }}
@@ -91,12 +95,14 @@ spec:
         - name: run-files
           mountPath: /etc/nemo-rl-gke
           readOnly: true
+        {{- include "nemo-rl-gke.jobScratch" (dict "mount" true) | nindent 8 }}
         - name: shared-data
           mountPath: {{ .Values.storage.mountPath }}
   volumes:
     - name: run-files
       configMap:
         name: {{ include "nemo-rl-gke.runConfigMapName" . }}
+    {{- include "nemo-rl-gke.jobScratch" (dict "mount" false) | nindent 4 }}
     - name: shared-data
       persistentVolumeClaim:
         claimName: {{ include "nemo-rl-gke.claimName" . | quote }}

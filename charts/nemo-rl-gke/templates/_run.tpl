@@ -131,9 +131,18 @@ those of the launcher's SPEC_KEYS (files/launcher.py). */}}
 
 {{/* Pod settings shared by the launcher, preparation and test pods: no privileges, CPU nodes,
 and no Kubernetes API token, except the launcher's when it releases the GPU workers
-(launcher.releaseGpus): pass "launcher" true. */}}
+(launcher.releaseGpus): pass "launcher" true. "runAsUser" N: 0 keeps the image's root (the
+launcher and the preparation Job write folders of the shared volume that root pods create; see
+launcher.runAsUser), any other id runs as that user and group, with that fsGroup. */}}
 {{- define "nemo-rl-gke.jobPodSecurity" -}}
-{{- $identity := dict "ctx" .ctx "securityContext" (dict "seccompProfile" (dict "type" "RuntimeDefault")) -}}
+{{- $pod := dict "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- with .runAsUser -}}
+{{- $_ := set $pod "runAsNonRoot" true -}}
+{{- $_ := set $pod "runAsUser" . -}}
+{{- $_ := set $pod "runAsGroup" . -}}
+{{- $_ := set $pod "fsGroup" . -}}
+{{- end -}}
+{{- $identity := dict "ctx" .ctx "securityContext" $pod -}}
 {{- if and .launcher .ctx.Values.launcher.releaseGpus -}}
 {{- $_ := set $identity "serviceAccount" (include "nemo-rl-gke.launcherServiceAccountName" .ctx) -}}
 {{- $_ := set $identity "token" true -}}
@@ -149,9 +158,32 @@ tolerations:
 {{- end }}
 {{- end -}}
 
+{{/* The root filesystem is read-only: the programs write only their mounts (the shared volume,
+the outcome folder) and /tmp, an emptyDir (nemo-rl-gke.jobScratch). */}}
 {{- define "nemo-rl-gke.containerSecurity" -}}
 securityContext:
+  readOnlyRootFilesystem: true
   allowPrivilegeEscalation: false
   capabilities:
     drop: ["ALL"]
+{{- end -}}
+
+{{/* /tmp and HOME for a read-only root filesystem: Python's tempfile, Ray's client library and
+Hugging Face write there. Call with "mount" true for the volumeMount, false for the volume. */}}
+{{- define "nemo-rl-gke.jobScratch" -}}
+{{- if .mount -}}
+- name: tmp
+  mountPath: /tmp
+{{- else -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 1Gi
+{{- end -}}
+{{- end -}}
+
+{{- define "nemo-rl-gke.jobScratchEnv" -}}
+- name: HOME
+  value: /tmp
+- name: PYTHONDONTWRITEBYTECODE
+  value: "1"
 {{- end -}}

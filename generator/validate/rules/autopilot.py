@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from generator.gke.sizing import parse_quantity
 from generator.validate.findings import Finding, error, warning
 from generator.validate.rules.context import Context
+
+EPHEMERAL = "ephemeral-storage"
+# "Resource requests in Autopilot": a container that requests no ephemeral storage gets 1 GiB.
+# https://docs.cloud.google.com/kubernetes-engine/docs/concepts/autopilot-resource-requests
+AUTOPILOT_DEFAULT_EPHEMERAL = "1 GiB"
 
 NODE_POOL = "cloud.google.com/gke-nodepool"
 ACCEL_COUNT = "cloud.google.com/gke-accelerator-count"
@@ -39,5 +45,30 @@ def check(ctx: Context) -> Iterator[Finding]:
                 f'set by the chart from accelerator.gpusPerNode ("{ctx.gpus_per_node}"); a second value conflicts',
                 "remove it",
             )
+    yield from _ephemeral_storage(ctx)
     if ctx.rdma and v["network"]["gvnic"]["name"] != "gvnic-1":
         yield warning("network.gvnic.name", "Google's Autopilot RDMA setup expects eth1 on the Network gvnic-1", "name it gvnic-1")
+
+
+def _ephemeral_storage(ctx: Context) -> Iterator[Finding]:
+    """Every Ray container asks for its disk (Ray's logs, spilled objects, compile caches); a GPU
+    worker's fits the machine's local SSD, which backs the node's ephemeral storage."""
+    v = ctx.values
+    sizes = {"head": "9Gi", "worker": "1000Gi"}  # Google's Autopilot RayCluster for B200/H200
+    for part in ("head", "worker"):
+        requested = (v[part]["resources"].get("requests") or {}).get(EPHEMERAL)
+        if requested is None:
+            yield error(
+                f"{part}.resources.requests.{EPHEMERAL}",
+                f"not set: Autopilot gives the Ray container {AUTOPILOT_DEFAULT_EPHEMERAL}, "
+                "which Ray's logs, spilled objects and caches outgrow",
+                f"request one, e.g. {sizes[part]} (python -m generator --mode autopilot writes it)",
+            )
+    requested = (v["worker"]["resources"].get("requests") or {}).get(EPHEMERAL)
+    ssd_bytes = ctx.profile.local_ssd_gb * 10**9
+    if requested is not None and float(parse_quantity(requested)) > ssd_bytes:
+        yield error(
+            f"worker.resources.requests.{EPHEMERAL}",
+            f"{requested} is more than the {ctx.profile.local_ssd_gb} GB of local SSD of an {ctx.profile.machine_type} node",
+            f"request at most {ssd_bytes // 2**30}Gi; the generator writes {sizes['worker']}",
+        )

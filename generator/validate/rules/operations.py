@@ -56,6 +56,13 @@ def check(ctx: Context) -> Iterator[Finding]:
         yield warning(
             "worker.securityContext.privileged", "GPU workers run privileged; RDMA does not need it", "remove it unless debugging the NICs"
         )
+    for i, g in enumerate(v["workerGroups"]):
+        if g.get("reservationProject") and g["provisioning"] != "reservation":
+            yield warning(
+                f"workerGroups[{i}].reservationProject",
+                f"ignored: the group's provisioning is {g['provisioning']}, not reservation",
+                "clear it or set provisioning: reservation",
+            )
     spot = [i for i, g in enumerate(v["workerGroups"]) if g["provisioning"] == "spot"]
     launcher = v.get("launcher", {})
     if spot and v["grpo"].get("enabled", True) and (not launcher.get("follow", True) or launcher.get("maxRestarts", 0) == 0):

@@ -816,6 +816,28 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["access"]["networkPolicy"].update(allowFrom=[{"ipBlock": {"cidr": "10.8.0.0/33"}}]),
     ),
+    # Autopilot's disk and the image digest
+    "ap-head-without-ephemeral-storage": (
+        "an Autopilot head without an ephemeral-storage request (Autopilot gives it 1 GiB)",
+        "head.resources.requests.ephemeral-storage",
+        False,
+        {"mode": "autopilot"},
+        lambda v: [v["head"]["resources"][kind].pop("ephemeral-storage") for kind in ("requests", "limits")],
+    ),
+    "ap-worker-ephemeral-above-local-ssd": (
+        "an Autopilot GPU worker asking for more ephemeral storage than the machine's 12000 GB of local SSD",
+        "worker.resources.requests.ephemeral-storage",
+        False,
+        {"mode": "autopilot"},
+        lambda v: [v["worker"]["resources"][kind].update({"ephemeral-storage": "12Ti"}) for kind in ("requests", "limits")],
+    ),
+    "img-digest-not-sha256": (
+        "an image digest that is a tag, not sha256:<64 hex>",
+        "image.digest",
+        True,
+        {},
+        lambda v: v["image"].update(digest="v0.7.0"),
+    ),
 }
 
 
@@ -912,6 +934,14 @@ VALID_CASES: dict[str, tuple[str, dict[str, Any], Mutation]] = {
         "Secret key names that start like tokens but are names (hf_token, wandb_api_key)",
         {"wandb": True},
         lambda v: v["secrets"].update(hfTokenKey="hf_token", wandbApiKeyKey="wandb_api_key"),
+    ),
+    "shared-reservation-image-digest": (
+        "a reservation shared from another project, an image pinned by digest, and DAC_OVERRIDE added back",
+        {"provisioning": "reservation", "reservation": "res-a", "reservation_project": "other-project"},
+        lambda v: (
+            v["image"].update(digest="sha256:" + "0" * 64),
+            v["worker"]["securityContext"]["capabilities"].update(add=["DAC_OVERRIDE"]),
+        ),
     ),
     "ipblock-cidrs": (
         "NetworkPolicy peers by IPv4 and IPv6 CIDR, with an exception inside the first",
