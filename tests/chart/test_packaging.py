@@ -29,6 +29,46 @@ def test_chart_yaml_is_complete():
     assert re.match(r"^\d+\.\d+\.\d+$", CHART_YAML["version"])
 
 
+# chart-testing's Chart.yaml schema (helm/chart-testing etc/chart_schema.yaml, commit 530f60a2,
+# 2026-06-23): the keys it knows, and a maintainer's; `ct lint` also checks each maintainer's name is
+# an account of the repository's host (pkg/chart/chart.go ValidateMaintainers). GitHub account
+# names: letters, digits and single hyphens, at most 39 characters.
+CT_CHART_KEYS = {
+    "name", "home", "version", "apiVersion", "appVersion", "description", "keywords", "sources", "maintainers",
+    "dependencies", "icon", "engine", "condition", "tags", "deprecated", "kubeVersion", "annotations", "type",
+}  # fmt: skip
+GITHUB_ACCOUNT = re.compile(r"^[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}$")
+
+
+def test_chart_yaml_has_what_chart_testing_lint_expects():
+    assert set(CHART_YAML) <= CT_CHART_KEYS
+    for key in ("home", "icon"):
+        assert isinstance(CHART_YAML[key], str) and CHART_YAML[key].startswith("https://"), key
+    assert CHART_YAML["sources"] and all(isinstance(s, str) for s in CHART_YAML["sources"])
+    assert CHART_YAML["maintainers"]
+    for m in CHART_YAML["maintainers"]:
+        assert set(m) <= {"name", "email", "url"} and GITHUB_ACCOUNT.match(m["name"]), m
+        assert CHART_YAML["home"].startswith(f"https://github.com/{m['name']}/")
+    # the icon is this repository's own file, at the path its URL names
+    assert (ROOT / CHART_YAML["icon"].split("/main/", 1)[1]).is_file()
+
+
+def test_packaged_chart_leaves_out_development_files(helm, tmp_path):
+    import shutil
+    import tarfile
+
+    chart = tmp_path / "nemo-rl-gke"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "__pycache__").mkdir(exist_ok=True)
+    (chart / "files" / "__pycache__" / "launcher.cpython-311.pyc").write_bytes(b"\0")
+    helm.run(["package", str(chart), "--destination", str(tmp_path)])
+    (tgz,) = tmp_path.glob("nemo-rl-gke-*.tgz")
+    with tarfile.open(tgz) as archive:
+        names = {n.split("/", 1)[1] for n in archive.getnames()}
+    assert not [n for n in names if n.startswith("ci/") or "__pycache__" in n or n.endswith(".pyc")], sorted(names)
+    assert {"Chart.yaml", "values.yaml", "values.schema.json", "README.md", "templates/raycluster.yaml", "files/launcher.py"} <= names
+
+
 def test_kube_version_is_the_oldest_accelerator_minimum():
     oldest = min(tuple(map(int, p.min_gke_version.split("-")[0].split("."))) for p in PROFILES.values())
     assert CHART_YAML["kubeVersion"] == ">=" + ".".join(map(str, oldest)) + "-0"
