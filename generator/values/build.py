@@ -271,7 +271,11 @@ def build(opts: Options) -> dict[str, Any]:
         "grpo": spec,
         "launcher": launcher_values(),
         "prepare": prepare_values(rel),
-        "kueue": {"enabled": bool(opts.kueue_queue), "queueName": opts.kueue_queue},
+        "kueue": {
+            "enabled": bool(opts.kueue_queue),
+            "queueName": opts.kueue_queue,
+            "topology": {"mode": "none", "level": "cloud.google.com/gce-topology-block"},
+        },
         "logging": {"fluentBit": fluent_bit_values()},
     }
 

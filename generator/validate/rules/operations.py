@@ -56,6 +56,13 @@ def check(ctx: Context) -> Iterator[Finding]:
         yield warning(
             "worker.securityContext.privileged", "GPU workers run privileged; RDMA does not need it", "remove it unless debugging the NICs"
         )
+    topology = (v.get("kueue") or {}).get("topology") or {}
+    if topology.get("mode", "none") != "none" and not v["kueue"].get("enabled"):
+        yield warning(
+            "kueue.topology.mode",
+            f"{topology['mode']} placement is Kueue's topology-aware scheduling, but kueue.enabled is false: ignored",
+            "set kueue.enabled: true and kueue.queueName, or kueue.topology.mode: none",
+        )
     for i, g in enumerate(v["workerGroups"]):
         if g.get("reservationProject") and g["provisioning"] != "reservation":
             yield warning(
