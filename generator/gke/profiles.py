@@ -26,6 +26,13 @@ class AcceleratorProfile:
     min_gke_version: str
     rdma_nics: int
     shm_size_gib: int
+    # Compute Engine's regional quota metric of the GPU (as `gcloud compute regions describe`
+    # reports it); Spot and flex-start VMs draw on PREEMPTIBLE_<metric>. "": NVIDIA_<KEY>_GPUS.
+    gpu_quota_metric: str = ""
+
+    @property
+    def quota_metric(self) -> str:
+        return self.gpu_quota_metric or f"NVIDIA_{self.key.upper()}_GPUS"
 
 
 PROFILES: dict[str, AcceleratorProfile] = {
@@ -43,6 +50,7 @@ PROFILES: dict[str, AcceleratorProfile] = {
         min_gke_version="1.32.4-gke.1236000",
         rdma_nics=8,
         shm_size_gib=240,
+        gpu_quota_metric="NVIDIA_B200_GPUS",
     ),
     "h200": AcceleratorProfile(
         key="h200",
@@ -58,6 +66,7 @@ PROFILES: dict[str, AcceleratorProfile] = {
         min_gke_version="1.31.7-gke.1265000",
         rdma_nics=8,
         shm_size_gib=240,
+        gpu_quota_metric="NVIDIA_H200_GPUS",
     ),
 }
 
