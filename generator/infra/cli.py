@@ -7,7 +7,6 @@ names the option and exit status 1. The script goes to stdout, or atomically to 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import re
 import shlex
@@ -21,25 +20,37 @@ from generator.gke.lustre import LUSTRE_THROUGHPUTS, LUSTRE_TIERS, sizes_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
 from generator.gke.provisioning import MODES, PROVISIONING
 from generator.infra.script import bring_up_script, teardown_script
-from generator.infra.steps import InfraOptions
+from generator.infra.steps import TOPOLOGY_MODES, InfraOptions
 from generator.option_specs import OptionSpec, canonical_argv, options_of
 from generator.values.files import InputError, write_atomic
-from generator.values.worker_groups import MAX_NODES
+from generator.values.worker_groups import MAX_NODES, GroupSpec, worker_nodes
 
 PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")  # RFC 1035, at most 40
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1123 label
 GCE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1035, at most 63
+GROUP_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$")  # the node pool gpu-<gpu>-<group> stays within 40
 RESERVATION_PATH = re.compile(
     r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/reservations/[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[-a-z0-9]+)?$"
 )
 IMAGE_PATH = re.compile(r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/global/images/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+IMAGE_TAG = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+$")
+VALUES_FILE = re.compile(r"^[A-Za-z0-9._/-]{1,200}\.ya?ml$")
 
 DEFAULTS = InfraOptions(gpu=DEFAULT_ACCELERATOR, project="", region="", zone="")
 
 
 D = DEFAULTS
+
+
+def _groups(text: str) -> tuple[GroupSpec, ...]:
+    try:
+        return tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
+    except ValueError as e:
+        raise _Invalid(str(e)) from None
+
+
 # In --help order, which is also the order of the script's header command.
 INFRA_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--gpu", "accelerator profile of the GPU nodes", required=True, choices=lambda: tuple(PROFILES)),
@@ -47,22 +58,41 @@ INFRA_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--region", "region of the cluster and subnets, e.g. us-central1", required=True),
     OptionSpec("--zone", "zone of the GPU nodes and the Lustre instance, e.g. us-central1-b", required=True),
     OptionSpec("--mode", f"GKE mode; default {D.mode}", choices=lambda: MODES),
-    OptionSpec("--nodes", f"GPU nodes (8 GPUs each), 1-{MAX_NODES}; default {D.nodes}", type=int),
-    OptionSpec("--provisioning", f"how GPU nodes are obtained; default {D.provisioning}", choices=lambda: PROVISIONING),
-    OptionSpec("--reservation", "reservation name or path (with --provisioning reservation)"),
+    OptionSpec("--nodes", f"GPU nodes (8 GPUs each), 1-{MAX_NODES}; default {D.nodes}", type=int, unset_default=True),
+    OptionSpec("--provisioning", f"how GPU nodes are obtained; default {D.provisioning}", choices=lambda: PROVISIONING, unset_default=True),
+    OptionSpec("--reservation", "reservation name or path (with --provisioning reservation)", unset_default=True),
+    OptionSpec(
+        "--groups",
+        "one GPU node pool per worker group instead of --nodes/--provisioning, as the values generator takes them: "
+        "NAME=REPLICAS[:PROVISIONING[:RESERVATION]],... e.g. train=4:reservation:res-a,generate=4:spot",
+        unset_default=True,
+        convert=_groups,
+        show=lambda groups: ",".join(map(str, groups)),
+    ),
     OptionSpec("--cluster", f"GKE cluster name; default {D.cluster}"),
+    OptionSpec("--network", f"the cluster's VPC (eth0) and Managed Lustre's, created when missing; default {D.network}"),
     OptionSpec("--network-prefix", "prefix of the VPC and subnet names (same as for the values file)"),
     OptionSpec("--lustre-capacity-gib", f"Managed Lustre capacity; default {D.lustre_capacity_gib}", type=int),
     OptionSpec(
         "--lustre-throughput", f"Managed Lustre MB/s per TiB; default {D.lustre_throughput}", type=int, choices=lambda: LUSTRE_THROUGHPUTS
     ),
-    OptionSpec("--bucket", "Cloud Storage bucket name; default <project>-<cluster>"),
-    OptionSpec("--namespace", f"Kubernetes namespace of the service account; default {D.namespace}"),
-    OptionSpec("--ksa", f"Kubernetes service account with bucket access; default {D.ksa}"),
+    OptionSpec("--namespace", f"Kubernetes namespace of the release (labelled for its Pod Security level); default {D.namespace}"),
+    OptionSpec("--kueue", "install Kueue and the queue the chart's RayCluster waits in", switch=True),
+    OptionSpec("--kueue-queue", f"the LocalQueue (kueue.queueName); default {D.kueue_queue}"),
+    OptionSpec(
+        "--topology",
+        f"Kueue topology-aware placement of the GPU workers over GKE's topology labels (with --kueue); default {D.topology}",
+        choices=lambda: TOPOLOGY_MODES,
+    ),
     OptionSpec("--preload-image-disk", "disk image preloaded as a secondary boot disk (Standard)", metavar="DISK_IMAGE"),
+    OptionSpec(
+        "--rdma-installer-commit", "commit of GoogleCloudPlatform/container-engine-accelerators to apply the NCCL RDMA installer from"
+    ),
+    OptionSpec("--gib-version", f"gIB image tag of the NCCL RDMA installer; default {D.gib_version}, the pinned manifest's"),
+    OptionSpec("--values-out", f"the values overlay the script writes; default {D.values_out}"),
     OptionSpec("--output", "script file to write; default stdout", short="-o", field=None, type=Path),
     OptionSpec("--force", "overwrite an existing file that differs", field=None, switch=True),
-    OptionSpec("--teardown", "write the script that deletes everything, in reverse order", field=None, switch=True),
+    OptionSpec("--teardown", "write the script that deletes what the bring-up created, in reverse order", field=None, switch=True),
     OptionSpec("--dry-run", "write a script whose default is --dry-run (print, do not run)", switch=True, header=None),
 )
 
@@ -101,22 +131,44 @@ def _check_location(o: InfraOptions) -> None:
         raise _Invalid(f"--network-prefix: {e}") from None
 
 
+def _check_reservation(option: str, reservation: str) -> None:
+    _check(
+        bool(GCE_NAME.fullmatch(reservation) or RESERVATION_PATH.fullmatch(reservation)),
+        option,
+        f"{reservation!r} is neither a reservation name nor projects/P/reservations/R[/reservationBlocks/B]",
+    )
+
+
+def _check_groups(o: InfraOptions) -> None:
+    names = [g.name for g in o.groups]
+    for g in o.groups:
+        _check(bool(GROUP_NAME.fullmatch(g.name)), "--groups", f"{g.name!r} is not a lowercase name of at most 20 characters")
+        if g.provisioning == "reservation":
+            _check(bool(g.reservation), "--groups", f"group {g.name}: a reservation group needs NAME=N:reservation:RESERVATION")
+            _check_reservation("--groups", g.reservation)
+        else:
+            _check(not g.reservation, "--groups", f"group {g.name}: a reservation only with provisioning reservation")
+    _check(len(set(names)) == len(names), "--groups", "group names must be unique")
+    total = worker_nodes(g.replicas for g in o.groups)
+    _check(total <= MAX_NODES, "--groups", f"{total} GPU nodes in all; at most {MAX_NODES}")
+
+
 def _check_nodes(o: InfraOptions) -> None:
-    _check(1 <= o.nodes <= MAX_NODES, "--nodes", f"must be between 1 and {MAX_NODES}, got {o.nodes}")
-    if o.provisioning == "reservation":
-        _check(bool(o.reservation), "--reservation", "required with --provisioning reservation")
-        _check(
-            bool(GCE_NAME.fullmatch(o.reservation) or RESERVATION_PATH.fullmatch(o.reservation)),
-            "--reservation",
-            f"{o.reservation!r} is neither a reservation name nor projects/P/reservations/R[/reservationBlocks/B]",
-        )
+    if o.groups:
+        _check_groups(o)
     else:
-        _check(not o.reservation, "--reservation", f"only with --provisioning reservation (got --provisioning {o.provisioning})")
+        _check(1 <= o.nodes <= MAX_NODES, "--nodes", f"must be between 1 and {MAX_NODES}, got {o.nodes}")
+        if o.provisioning == "reservation":
+            _check(bool(o.reservation), "--reservation", "required with --provisioning reservation")
+            _check_reservation("--reservation", o.reservation)
+        else:
+            _check(not o.reservation, "--reservation", f"only with --provisioning reservation (got --provisioning {o.provisioning})")
     _check(
         bool(CLUSTER_NAME.fullmatch(o.cluster)),
         "--cluster",
         f"{o.cluster!r} is not a lowercase RFC 1035 name of at most 40 characters",
     )
+    _check(bool(GCE_NAME.fullmatch(o.network)), "--network", f"{o.network!r} is not a VPC name (lowercase RFC 1035, at most 63 characters)")
 
 
 def _check_storage_and_names(o: InfraOptions) -> None:
@@ -128,7 +180,17 @@ def _check_storage_and_names(o: InfraOptions) -> None:
         f" (nearest: {sizes_text(o.lustre_capacity_gib, (tier,))})",
     )
     _check(bool(DNS_LABEL.fullmatch(o.namespace)), "--namespace", f"{o.namespace!r} is not a lowercase RFC 1123 label")
-    _check(bool(DNS_LABEL.fullmatch(o.ksa)), "--ksa", f"{o.ksa!r} is not a lowercase RFC 1123 label")
+    _check(bool(DNS_LABEL.fullmatch(o.kueue_queue)), "--kueue-queue", f"{o.kueue_queue!r} is not a lowercase RFC 1123 label")
+    _check(o.topology == "none" or o.kueue, "--topology", "topology-aware placement is Kueue's: add --kueue")
+    _check(
+        bool(COMMIT.fullmatch(o.rdma_installer_commit)), "--rdma-installer-commit", f"{o.rdma_installer_commit!r} is not a 40-digit commit"
+    )
+    _check(bool(IMAGE_TAG.fullmatch(o.gib_version)), "--gib-version", f"{o.gib_version!r} is not a version tag such as v1.1.1")
+    _check(
+        bool(VALUES_FILE.fullmatch(o.values_out)) and ".." not in o.values_out.split("/"),
+        "--values-out",
+        f"{o.values_out!r} is not a relative or absolute .yaml path of letters, digits, '.', '_', '-' and '/'",
+    )
     disk = o.preload_image_disk
     if disk:
         _check(o.mode == "standard", "--preload-image-disk", "only with --mode standard (Autopilot has no node pools to attach it to)")
@@ -139,31 +201,17 @@ def _check_storage_and_names(o: InfraOptions) -> None:
         )
 
 
-def _check_bucket(o: InfraOptions) -> None:
-    bucket = o.bucket_name
-    source = "--bucket" if o.bucket else "--bucket (default <project>-<cluster>)"
-    _check(
-        bool(BUCKET_NAME.fullmatch(bucket)) and ".." not in bucket and "google" not in bucket and not bucket.startswith("goog"),
-        source,
-        f"{bucket!r} is not a bucket name (3-63 lowercase letters, digits, '-', '_' or '.'; no 'google')",
-    )
-    _check(not _is_ip_address(bucket), source, f"{bucket!r} is an IP address; Cloud Storage refuses those as bucket names")
-
-
 def options_from_args(args: argparse.Namespace) -> InfraOptions:
     """Validated options; raises _Invalid naming the first bad option."""
+    given = [
+        s.flag for s in INFRA_OPTIONS if s.flag in ("--nodes", "--provisioning", "--reservation") and getattr(args, s.dest) is not None
+    ]
+    if args.groups and given:
+        raise _Invalid(f"--groups: it sets each group's nodes, provisioning and reservation: drop {', '.join(given)}")
     opts = options_of(args, INFRA_OPTIONS, DEFAULTS)
-    for check in (_check_location, _check_nodes, _check_storage_and_names, _check_bucket):
+    for check in (_check_location, _check_nodes, _check_storage_and_names):
         check(opts)
     return opts
-
-
-def _is_ip_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def infra_argv(opts: InfraOptions) -> str:

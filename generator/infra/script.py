@@ -12,6 +12,7 @@ import re
 import shlex
 
 from generator.gke.profiles import profile
+from generator.infra.costs import plan_summary
 from generator.infra.steps import TEARDOWN_SUMMARY, InfraOptions, Step, bring_up_steps, teardown_steps, variables
 
 HELPERS = {
@@ -65,6 +66,18 @@ query() {  # query NAME PLACEHOLDER CMD...: set NAME to the output of CMD (PLACE
   printf -v "$query_name" '%s' "$query_out"
 }
 """,
+    "owned": """\
+owned() {  # owned FORMAT WANT CMD...: whether the describe CMD prints WANT with --format=FORMAT (this script made it)
+  local owned_format="$1" owned_want="$2" owned_out
+  shift 2
+  if [ "$DRY_RUN" = 1 ]; then
+    show '    ? owner:' "$@" "--format=$owned_format"
+    return 0
+  fi
+  owned_out="$("$@" --format="$owned_format" 2>/dev/null)" || return 1
+  [ "$owned_out" = "$owned_want" ]
+}
+""",
     "has_line": """\
 has_line() {  # has_line TEXT LINE: whether LINE is one of the lines of TEXT
   case $'\\n'"$1"$'\\n' in
@@ -81,7 +94,7 @@ require_min_version() {  # require_min_version VERSION MINIMUM
   [ -n "$1" ] || die "could not read the default GKE version of $REGION; set GKE_VERSION"
   local lowest
   lowest="$(printf '%s\\n%s\\n' "$1" "$2" | sort -V)"
-  [ "${lowest%%$'\\n'*}" = "$2" ] || die "GKE $1 is older than $2, the minimum for $ACCELERATOR; set GKE_VERSION to a newer version"
+  [ "${lowest%%$'\\n'*}" = "$2" ] || die "GKE $1 is older than $2, the minimum for $MIN_GKE_FOR; set GKE_VERSION to a newer version"
 }
 """,
     "step": """\
@@ -138,8 +151,8 @@ def _steps_text(steps: list[Step]) -> str:
     return "\n".join(parts)
 
 
-def _arguments(teardown: bool) -> str:
-    yes = "    --yes) ASSUME_YES=1 ;;\n" if teardown else ""
+def _arguments() -> str:
+    yes = "    --yes) ASSUME_YES=1 ;;\n"
     return (
         'while [ "$#" -gt 0 ]; do\n'
         '  case "$1" in\n'
@@ -163,13 +176,14 @@ def _arguments(teardown: bool) -> str:
 def _usage(o: InfraOptions, teardown: bool) -> str:
     default = "--dry-run" if o.dry_run else "--execute"
     lines = [
-        "Usage: bash SCRIPT [--dry-run | --execute]" + (" [--yes]" if teardown else ""),
+        "Usage: bash SCRIPT [--dry-run | --execute] [--yes]",
         "  --dry-run   print the commands instead of running them",
         "  --execute   run the commands",
     ]
     if teardown:
         lines.append("  --yes       delete without asking for confirmation")
     else:
+        lines.append("  --yes       create without asking (needed without a terminal)")
         lines.append("  GKE_VERSION=V bash SCRIPT  creates the cluster at version V (default: the region's default)")
     lines.append(f"Default: {default}.")
     return "usage() {\n  cat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n}\n"
@@ -185,9 +199,10 @@ def _header(o: InfraOptions, argv: str, teardown: bool) -> str:
         "Regenerate instead of editing; names match the values file written with the same options.",
     ]
     if teardown:
-        lines.append("Deletes in the reverse order of the bring-up script and asks first unless --yes.")
+        lines.append("Deletes in the reverse order of the bring-up script, only what it created, and asks first unless --yes.")
     else:
         lines.append("Safe to run again: every step checks what exists before it creates anything.")
+        lines.append("Lists what it creates and asks first on a terminal; --yes skips the question; without either it refuses.")
     mode_line = "the default is --dry-run (print the commands); --execute runs them" if o.dry_run else "--dry-run prints the commands"
     lines.append(f"Run: bash THIS_FILE [--dry-run | --execute]; {mode_line}.")
     return "#!/usr/bin/env bash\n" + "".join(f"# {line}\n" for line in lines) + "set -euo pipefail\n"
@@ -202,9 +217,7 @@ def _script(o: InfraOptions, argv: str, steps: list[Step], teardown: bool, pream
         # With --dry-run nothing is looked up: the bring-up shows every create, the teardown every delete.
         f"DRY_RUN_ASSUMES={'present' if teardown else 'missing'}",
     ]
-    if teardown:
-        state.append("ASSUME_YES=0")
-    state += [f"STEPS={len(steps)}", "CURRENT_STEP=''"]
+    state += ["ASSUME_YES=0", f"STEPS={len(steps)}", "CURRENT_STEP=''"]
     tools = [("gcloud", "install the Google Cloud CLI")]
     if not teardown:
         tools.append(("kubectl", "gcloud components install kubectl"))
@@ -228,7 +241,7 @@ def _script(o: InfraOptions, argv: str, steps: list[Step], teardown: bool, pream
             "\n".join(state) + "\n",
             "# --- helpers ---\n" + _usage(o, teardown),
             helpers,
-            _arguments(teardown) + "trap on_exit EXIT\n" + check_tools,
+            _arguments() + "trap on_exit EXIT\n" + check_tools,
             *([preamble] if preamble else []),
             "# --- steps ---\n" + body,
             done,
@@ -237,7 +250,29 @@ def _script(o: InfraOptions, argv: str, steps: list[Step], teardown: bool, pream
 
 
 def bring_up_script(o: InfraOptions, argv: str) -> str:
-    return _script(o, argv, bring_up_steps(o), teardown=False)
+    ask = (
+        'if [ "$DRY_RUN" = 0 ] && [ "$ASSUME_YES" = 0 ]; then\n'
+        "  if [ ! -t 0 ]; then\n"
+        "    die 'no terminal to ask on, and no --yes: nothing was created.' \\\n"
+        "      'See what this script creates with --dry-run, then run it with --yes'\n"
+        "  fi\n"
+        "  cat <<EOF\n"
+        "This creates, in project $PROJECT, whatever of the following is missing (each step checks first):\n"
+        f"{plan_summary(o)}"
+        "EOF\n"
+        "  printf 'Create what is missing? Type yes to go on: '\n"
+        "  answer=''\n"
+        "  read -r answer || true\n"
+        '  case "$answer" in\n'
+        "    y | yes) ;;\n"
+        "    *)\n"
+        "      echo 'aborted: nothing was created' >&2\n"
+        "      exit 1\n"
+        "      ;;\n"
+        "  esac\n"
+        "fi\n"
+    )
+    return _script(o, argv, bring_up_steps(o), teardown=False, preamble=ask)
 
 
 def teardown_script(o: InfraOptions, argv: str) -> str:

@@ -2,10 +2,15 @@
 step as a bash snippet.
 
 Names come from the same sources as the values file: the accelerator profile
-(`profiles.profile`) and the multi-network plan (`networks.plan`). Each snippet only reads the
-variables that `infra_script` defines at the top of the script, always quoted, and checks that a
-resource exists (`describe`/`get`) before creating or deleting it, so a half-finished run is
-completed by running the script again.
+(`profiles.profile`), the multi-network plan (`networks.plan`) and the worker groups
+(`worker_groups.GroupSpec`). Each snippet only reads the variables that `infra_script` defines at
+the top of the script, always quoted, and checks that a resource exists (`describe`/`get`) before
+creating or deleting it, so a half-finished run is completed by running the script again.
+
+Ownership: everything the script creates carries a mark, the description `nemo-rl-gke infra:
+cluster CLUSTER` (networks, subnets, firewall rules, addresses, the Lustre instance) or the label
+`nemo-rl-gke-infra=CLUSTER` (the cluster, the Lustre instance). The teardown deletes only what
+carries this cluster's mark, so a VPC, a range or a cluster that existed before is never deleted.
 """
 
 from __future__ import annotations
@@ -13,19 +18,18 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from generator.gke import networks
-from generator.gke.profiles import profile
+from generator.gke import networks, versions
+from generator.gke.profiles import AcceleratorProfile, profile
 from generator.gke.provisioning import DEFAULT_MODE, DEFAULT_PROVISIONING
+from generator.infra import kueue
+from generator.values.worker_groups import GroupSpec
 
 APIS = (
     "compute.googleapis.com",
     "container.googleapis.com",
-    "storage.googleapis.com",
     "servicenetworking.googleapis.com",
     "lustre.googleapis.com",
 )
-# The cluster's own VPC (eth0 of every node). Managed Lustre must sit on this network.
-CLUSTER_VPC = "default"
 # Standard clusters: the default pool (one node, in the GPU zone) holds the Ray head
 # (head.resources in the values file: 6 CPU / 24Gi) beside GKE's system pods.
 CPU_MACHINE_TYPE = "e2-standard-16"
@@ -34,12 +38,26 @@ RDMA_RANGE = "192.168.{}.0/24"  # subnet i gets 192.168.(i+1).0/24
 GVNIC_FIREWALL_SOURCE = "192.168.0.0/16"
 LUSTRE_FILESYSTEM = "lfs"
 LUSTRE_PSA_PREFIX_LENGTH = 20
-BUCKET_ROLE = "roles/storage.objectUser"
-INSTALLER_BASE = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/refs/heads/master/gpudirect-rdma"
+# "Setting the --mtu flag to 8896 gives about 10% better performance": the VPC of Managed Lustre
+# ("Access Managed Lustre instances on GKE with the Managed Lustre CSI driver", Set up a VPC network,
+# https://docs.cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/lustre-csi-driver-new-volume).
+LUSTRE_MTU = "8896"
+# Google's NCCL RDMA installers, pinned by commit of GoogleCloudPlatform/container-engine-accelerators:
+# 2da1c92 (2026-05-06, "Removed --install-nccl from default and a4x installers") is the newest change
+# of both manifests; at it both run the gIB image nccl-plugin-gib:v1.1.1, the Standard one installs
+# the gIB NCCL plugin only (NCCL comes from the NeMo RL image), the Autopilot one also NCCL. The
+# commit before it, 155bfa49 (2026-03-09), had the Standard installer copy NCCL too.
+RDMA_INSTALLER_COMMIT = "2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae"
+GIB_VERSION = "v1.1.1"  # the gIB image both manifests run at RDMA_INSTALLER_COMMIT
+GIB_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib"
+INSTALLER_BASE = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/{commit}/gpudirect-rdma"
 INSTALLERS = {
-    "standard": (f"{INSTALLER_BASE}/nccl-rdma-installer.yaml", "kube-system"),
-    "autopilot": (f"{INSTALLER_BASE}/nccl-rdma-installer-autopilot.yaml", "rdma-system"),
+    "standard": ("nccl-rdma-installer.yaml", "kube-system"),
+    "autopilot": ("nccl-rdma-installer-autopilot.yaml", "rdma-system"),
 }
+OWNER_LABEL_KEY = "nemo-rl-gke-infra"
+DEFAULT_GROUP = "gpu"
+TOPOLOGY_MODES = ("none", "preferred", "required")
 
 
 @dataclass(frozen=True)
@@ -52,19 +70,21 @@ class InfraOptions:
     nodes: int = 2
     provisioning: str = DEFAULT_PROVISIONING
     reservation: str = ""
+    groups: tuple[GroupSpec, ...] = ()  # empty: one group "gpu" of `nodes`
     cluster: str = "nemo-rl"
+    network: str = networks.DEFAULT_NETWORK  # the cluster's VPC (eth0) and Managed Lustre's
     network_prefix: str = networks.DEFAULT_PREFIX
     lustre_capacity_gib: int = 9000
     lustre_throughput: int = 1000
-    bucket: str = ""  # empty: <project>-<cluster>
-    namespace: str = "default"
-    ksa: str = "nemo-rl-ksa"
+    namespace: str = "nemo-rl"
     preload_image_disk: str = ""  # image name or projects/P/global/images/NAME
+    kueue: bool = False
+    kueue_queue: str = "gpu-queue"
+    topology: str = "none"  # Kueue topology-aware scheduling of the GPU workers: none|preferred|required
+    rdma_installer_commit: str = RDMA_INSTALLER_COMMIT
+    gib_version: str = GIB_VERSION
+    values_out: str = "values-infra.yaml"
     dry_run: bool = False  # the script's default mode
-
-    @property
-    def bucket_name(self) -> str:
-        return self.bucket or f"{self.project}-{self.cluster}"
 
     @property
     def preload_image(self) -> str:
@@ -73,6 +93,15 @@ class InfraOptions:
             return disk
         return f"projects/{self.project}/global/images/{disk}"
 
+    @property
+    def worker_groups(self) -> tuple[GroupSpec, ...]:
+        return self.groups or (GroupSpec(DEFAULT_GROUP, self.nodes, self.provisioning, self.reservation),)
+
+    def pool_name(self, group: GroupSpec) -> str:
+        """gpu-<gpu> for the one default group (the name of earlier versions), gpu-<gpu>-<group> else."""
+        base = f"gpu-{profile(self.gpu).key}"
+        return base if not self.groups else f"{base}-{group.name}"
+
 
 @dataclass(frozen=True)
 class Step:
@@ -80,25 +109,40 @@ class Step:
     body: str
 
 
+def owner_mark(o: InfraOptions) -> str:
+    return f"nemo-rl-gke infra: cluster {o.cluster}"
+
+
+def installer_url(o: InfraOptions) -> str:
+    return f"{INSTALLER_BASE.format(commit=o.rdma_installer_commit)}/{INSTALLERS[o.mode][0]}"
+
+
+def min_version(o: InfraOptions) -> versions.Floor:
+    flex = any(g.provisioning == "flex-start" for g in o.worker_groups)
+    return versions.highest(versions.floors(profile(o.gpu), flex))
+
+
 def variables(o: InfraOptions) -> list[tuple[str, str | tuple[str, ...]]]:
     """Every name the scripts may use, in the order they are shown; the script keeps the used ones."""
     p = profile(o.gpu)
     plan = networks.plan(o.network_prefix, p.rdma_nics)
-    url, installer_ns = INSTALLERS[o.mode]
+    floor = min_version(o)
     return [
         ("PROJECT", o.project),
         ("REGION", o.region),
         ("ZONE", o.zone),
         ("CLUSTER", o.cluster),
-        ("CLUSTER_VPC", CLUSTER_VPC),
+        ("CLUSTER_VPC", o.network),
+        ("LUSTRE_MTU", LUSTRE_MTU),
+        ("OWNER_MARK", owner_mark(o)),
+        ("OWNER_LABEL", f"{OWNER_LABEL_KEY}={o.cluster}"),
         ("CPU_MACHINE_TYPE", CPU_MACHINE_TYPE),
-        ("MIN_GKE_VERSION", p.min_gke_version),
-        ("NODE_POOL", f"gpu-{p.key}"),
-        ("NODES", str(o.nodes)),
+        ("MIN_GKE_VERSION", floor.version),
+        ("MIN_GKE_FOR", floor.what),
         ("MACHINE_TYPE", p.machine_type),
         ("ACCELERATOR", p.node_label),
         ("GPUS_PER_NODE", str(p.gpus_per_node)),
-        ("RESERVATION", o.reservation),
+        ("GPU_QUOTA_METRIC", p.quota_metric),
         ("PRELOAD_IMAGE", o.preload_image),
         ("GVNIC_VPC", plan.gvnic_vpc),
         ("GVNIC_SUBNET", plan.gvnic.subnet),
@@ -107,18 +151,20 @@ def variables(o: InfraOptions) -> list[tuple[str, str | tuple[str, ...]]]:
         ("RDMA_VPC", plan.rdma_vpc),
         ("RDMA_SUBNETS", tuple(n.subnet for n in plan.rdma)),
         ("RDMA_RANGES", tuple(RDMA_RANGE.format(i + 1) for i in range(len(plan.rdma)))),
-        ("RDMA_INSTALLER_URL", url),
-        ("RDMA_INSTALLER_NAMESPACE", installer_ns),
-        ("BUCKET", o.bucket_name),
-        ("BUCKET_ROLE", BUCKET_ROLE),
+        ("RDMA_INSTALLER_URL", installer_url(o)),
+        ("RDMA_INSTALLER_NAMESPACE", INSTALLERS[o.mode][1]),
+        ("GIB_IMAGE", f"{GIB_IMAGE}:{o.gib_version}"),
         ("NAMESPACE", o.namespace),
-        ("KSA", o.ksa),
+        ("KUEUE_MANIFEST", kueue.MANIFEST),
+        ("KUEUE_QUEUE", o.kueue_queue),
+        ("KUEUE_CLUSTER_QUEUE", kueue.CLUSTER_QUEUE),
         ("LUSTRE_INSTANCE", f"{o.cluster}-lustre"),
         ("LUSTRE_FS", LUSTRE_FILESYSTEM),
         ("LUSTRE_CAPACITY_GIB", str(o.lustre_capacity_gib)),
         ("LUSTRE_THROUGHPUT", str(o.lustre_throughput)),
         ("LUSTRE_RANGE", f"{o.cluster}-lustre-psa"),
         ("LUSTRE_FIREWALL", f"{o.cluster}-lustre"),
+        ("VALUES_OUT", o.values_out),
         ("APIS", APIS),
     ]
 
@@ -139,17 +185,60 @@ else
 fi
 """
 
+# GPU quota: Compute Engine's regional quota of the GPU, as `gcloud compute regions describe`
+# shows it (limit and usage per metric); Spot and flex-start VMs draw on the PREEMPTIBLE_ metric.
+# Managed Lustre's capacity quota is not among what that call shows: not checked here.
+QUOTA_CHECK = """\
+# GPUs each quota metric needs: %(needs)s
+need_gpus() {  # need_gpus METRIC COUNT: stop unless the region's quota has COUNT GPUs left
+  local line limit usage
+  query line "$2 0" gcloud compute regions describe "$REGION" --project="$PROJECT" --flatten=quotas \\
+    --filter="quotas.metric=$1" --format='value(quotas.limit,quotas.usage)'
+  if [ -z "$line" ]; then
+    echo "    ! $REGION shows no quota $1: not checked"
+    return 0
+  fi
+  read -r limit usage <<<"$line"
+  limit="${limit%%.*}"
+  usage="${usage%%.*}"
+  if [ $((limit - usage)) -lt "$2" ]; then
+    die "quota $1 in $REGION has $((limit - usage)) GPUs left ($usage of $limit used), the GPU pools need up to $2:" \\
+      "request more (IAM & Admin > Quotas), then run this script again"
+  fi
+  echo "    = quota $1: $((limit - usage)) of $limit GPUs left, up to $2 needed"
+}
+%(calls)s"""
+
+CLUSTER_NETWORK = """\
+# The cluster's VPC (eth0 of every node) and Managed Lustre's. Created when missing, with the MTU
+# Managed Lustre's documentation recommends (8896, about 10% more throughput) and auto-mode subnets.
+if ! exists gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT"; then
+  run gcloud compute networks create "$CLUSTER_VPC" --project="$PROJECT" --subnet-mode=auto --mtu="$LUSTRE_MTU" \\
+    --description="$OWNER_MARK"
+else
+  mtu=''
+  query mtu "$LUSTRE_MTU" gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT" --format='value(mtu)'
+  if [ "${mtu:-1460}" != "$LUSTRE_MTU" ]; then
+    echo "    ! $CLUSTER_VPC has MTU ${mtu:-1460}; Managed Lustre recommends $LUSTRE_MTU (kept: changing it affects every VM on it)"
+  fi
+  subnets=''
+  query subnets "$CLUSTER_VPC" gcloud compute networks subnets list --project="$PROJECT" --network="$CLUSTER_VPC" \\
+    --regions="$REGION" --format='value(name)'
+  [ -n "$subnets" ] || die "VPC $CLUSTER_VPC has no subnet in $REGION: add one, or choose another --network"
+fi
+"""
+
 GVNIC_NETWORK = """\
 if ! exists gcloud compute networks describe "$GVNIC_VPC" --project="$PROJECT"; then
-  run gcloud compute networks create "$GVNIC_VPC" --project="$PROJECT" --subnet-mode=custom
+  run gcloud compute networks create "$GVNIC_VPC" --project="$PROJECT" --subnet-mode=custom --description="$OWNER_MARK"
 fi
 if ! exists gcloud compute networks subnets describe "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION"; then
   run gcloud compute networks subnets create "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION" \\
-    --network="$GVNIC_VPC" --range="$GVNIC_RANGE"
+    --network="$GVNIC_VPC" --range="$GVNIC_RANGE" --description="$OWNER_MARK"
 fi
 if ! exists gcloud compute firewall-rules describe "$GVNIC_FIREWALL" --project="$PROJECT"; then
   run gcloud compute firewall-rules create "$GVNIC_FIREWALL" --project="$PROJECT" --network="$GVNIC_VPC" \\
-    --action=ALLOW --rules=tcp:0-65535,udp:0-65535,icmp --source-ranges=%(source)s
+    --action=ALLOW --rules=tcp:0-65535,udp:0-65535,icmp --source-ranges=%(source)s --description="$OWNER_MARK"
 fi
 """
 
@@ -157,19 +246,20 @@ RDMA_NETWORK = """\
 # The RoCE network profile is zonal: every RDMA NIC must be in $ZONE.
 if ! exists gcloud compute networks describe "$RDMA_VPC" --project="$PROJECT"; then
   run gcloud compute networks create "$RDMA_VPC" --project="$PROJECT" --subnet-mode=custom \\
-    --network-profile="$ZONE-vpc-roce"
+    --network-profile="$ZONE-vpc-roce" --description="$OWNER_MARK"
 fi
 for i in "${!RDMA_SUBNETS[@]}"; do
   if ! exists gcloud compute networks subnets describe "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION"; then
     run gcloud compute networks subnets create "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION" \\
-      --network="$RDMA_VPC" --range="${RDMA_RANGES[$i]}"
+      --network="$RDMA_VPC" --range="${RDMA_RANGES[$i]}" --description="$OWNER_MARK"
   fi
 done
 """
 
 CLUSTER_VERSION = """\
-  # The region's default GKE version, unless GKE_VERSION is set; it must not be older than
-  # the accelerator's minimum.
+  # The region's default GKE version, unless GKE_VERSION is set; it must not be older than the
+  # highest floor of what this cluster uses:
+%(floors)s
   cluster_version="${GKE_VERSION:-}"
   if [ -z "$cluster_version" ]; then
     query cluster_version DEFAULT_GKE_VERSION gcloud container get-server-config --project="$PROJECT" \\
@@ -178,16 +268,17 @@ CLUSTER_VERSION = """\
   require_min_version "$cluster_version" "$MIN_GKE_VERSION"
 """
 
-STANDARD_CLUSTER = (
-    """\
-# Legacy-port rule: GKE reaches a Managed Lustre instance created with --gke-support-enabled (the
-# Lustre step below creates one) only when the cluster's Lustre CSI driver runs with
-# --enable-legacy-lustre-port (LNet on port 6988; port 988 clashes with the gke-metadata-server).
-if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
+LUSTRE_PORT_NOTE = """\
+# Lustre on its own port 988: from GKE 1.33.2-gke.4655000 the Lustre CSI driver needs neither the
+# instance's --gke-support-enabled nor the cluster's --enable-legacy-lustre-port, which GKE marks
+# deprecated; the version floor below keeps the cluster at or past that version.
 """
-    + CLUSTER_VERSION
-    + """\
-  run gcloud container clusters create "$CLUSTER" \\
+
+STANDARD_CLUSTER = """\
+# --addons replaces GKE's default add-on list, so the two defaults (HTTP load balancing, Horizontal
+# Pod Autoscaling) are named beside the Ray operator and the Lustre CSI driver.
+if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
+%(version)s  run gcloud container clusters create "$CLUSTER" \\
     --project="$PROJECT" \\
     --location="$REGION" \\
     --node-locations="$ZONE" \\
@@ -196,26 +287,18 @@ if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" -
     --enable-dataplane-v2 \\
     --enable-ip-alias \\
     --enable-multi-networking \\
-    --addons=RayOperator,LustreCsiDriver \\
-    --enable-legacy-lustre-port \\
+    --addons=HttpLoadBalancing,HorizontalPodAutoscaling,RayOperator,LustreCsiDriver \\
     --workload-pool="$PROJECT.svc.id.goog" \\
     --machine-type="$CPU_MACHINE_TYPE" \\
-    --num-nodes=1
+    --num-nodes=1 \\
+    --labels="$OWNER_LABEL"
 fi
 """
-)
 
-AUTOPILOT_CLUSTER = (
-    """\
-# Legacy-port rule: GKE reaches a Managed Lustre instance created with --gke-support-enabled (the
-# Lustre step below creates one) only when the cluster's Lustre CSI driver runs with
-# --enable-legacy-lustre-port (LNet on port 6988; port 988 clashes with the gke-metadata-server).
+AUTOPILOT_CLUSTER = """\
 # Autopilot has Workload Identity and Dataplane V2 built in.
 if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
-"""
-    + CLUSTER_VERSION
-    + """\
-  run gcloud container clusters create-auto "$CLUSTER" \\
+%(version)s  run gcloud container clusters create-auto "$CLUSTER" \\
     --project="$PROJECT" \\
     --location="$REGION" \\
     --cluster-version="$cluster_version" \\
@@ -223,12 +306,11 @@ if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" -
     --enable-multi-networking \\
     --enable-ray-operator \\
     --enable-lustre-csi-driver \\
-    --enable-legacy-lustre-port
+    --labels="$OWNER_LABEL"
 fi
 # No node pool in Autopilot: GKE adds GPU nodes for the pods that ask for them (the accelerator
 # node selectors in the values file).
 """
-)
 
 CREDENTIALS = """\
 run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --location="$REGION"
@@ -250,7 +332,7 @@ run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --
 #         (as summarised in https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/predictions/use-reservations):
 #         reserved resources are charged at the on-demand rate until the reservation is deleted;
 #         a VM consuming the reservation incurs no separate charge (only disks, IP addresses).
-# Spot, on-demand and flex-start: from 0 up to $NODES nodes, so no GPU node exists before the
+# Spot, on-demand and flex-start: from 0 up to the group's nodes, so no GPU node exists before the
 # chart's worker pods ask for one, and the autoscaler removes a node once no worker pod needs it.
 # The pool has one zone ($ZONE), so the per-zone and the total bounds are the same; the total
 # ones are used, as the flex-start pool did before Spot and on-demand were autoscaled.
@@ -258,23 +340,23 @@ FROM_ZERO = [
     "--enable-autoscaling",
     "--num-nodes=0",
     "--total-min-nodes=0",
-    '--total-max-nodes="$NODES"',
+    "--total-max-nodes={nodes}",
     "--location-policy=ANY",  # [CA] needs autoscaling and 0 initial nodes; the Spot default
 ]
 PROVISIONING_FLAGS = {
     "spot": ["--spot", *FROM_ZERO],
     "on-demand": [*FROM_ZERO],
-    # Fixed at $NODES: the reservation is paid for whether its VMs run or not [RES], so removing
-    # idle nodes saves nothing but their boot disks, and nodes kept up keep the image pulled.
-    "reservation": ['--num-nodes="$NODES"', "--reservation-affinity=specific", '--reservation="$RESERVATION"'],
-    # DWS flex-start: the autoscaler obtains up to $NODES nodes [CA].
+    # Fixed at the group's nodes: the reservation is paid for whether its VMs run or not [RES], so
+    # removing idle nodes saves nothing but their boot disks, and nodes kept up keep the image pulled.
+    "reservation": ["--num-nodes={nodes}", "--reservation-affinity=specific", "--reservation={reservation}"],
+    # DWS flex-start: the autoscaler obtains up to the group's nodes [CA].
     "flex-start": ["--flex-start", *FROM_ZERO, "--reservation-affinity=none", "--no-enable-autorepair"],
 }
 
-# The comment above the pool in the generated script, so its reader knows what is paid for.
+# The comment above a pool in the generated script, so its reader knows what is paid for.
 POOL_SIZING = {
     "autoscaled": (
-        "# Autoscaled from 0 to $NODES nodes: the cluster autoscaler adds GPU nodes when the chart's worker\n"
+        "# Autoscaled from 0 to {nodes} nodes: the cluster autoscaler adds GPU nodes when the chart's worker\n"
         "# pods cannot be scheduled and removes a node after it has been unneeded for about 10 minutes, so no\n"
         "# GPU node is billed before `helm install` or after the worker pods are gone. Location policy ANY\n"
         "# requires autoscaling and 0 initial nodes. The cluster keeps GKE's default autoscaling profile.\n"
@@ -282,7 +364,7 @@ POOL_SIZING = {
         "# https://github.com/kubernetes/autoscaler/blob/master/cluster-autoscaler/FAQ.md#how-does-scale-down-work\n"
     ),
     "reservation": (
-        "# Fixed at $NODES nodes, not autoscaled: a reservation is billed at the on-demand rate until it is\n"
+        "# Fixed at {nodes} nodes, not autoscaled: a reservation is billed at the on-demand rate until it is\n"
         "# deleted, whether or not VMs use it, and a VM that consumes it costs nothing more (only its disks).\n"
         "# Removing idle nodes would save almost nothing; kept up, they keep the image pulled. To stop paying\n"
         "# for the GPUs, delete the reservation.\n"
@@ -291,8 +373,13 @@ POOL_SIZING = {
 }
 
 
-def node_pool(o: InfraOptions) -> str:
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def node_pool(o: InfraOptions, group: GroupSpec) -> str:
     rdma = networks.plan(o.network_prefix, profile(o.gpu).rdma_nics).rdma
+    fill = {"nodes": str(group.replicas), "reservation": group.reservation}
     flags = [
         '--project="$PROJECT"',
         '--cluster="$CLUSTER"',
@@ -302,61 +389,63 @@ def node_pool(o: InfraOptions) -> str:
         '--accelerator="type=$ACCELERATOR,count=$GPUS_PER_NODE,gpu-driver-version=latest"',
         '--additional-node-network="network=$GVNIC_VPC,subnetwork=$GVNIC_SUBNET"',
         *(f'--additional-node-network="network=$RDMA_VPC,subnetwork=${{RDMA_SUBNETS[{i}]}}"' for i in range(len(rdma))),
-        *PROVISIONING_FLAGS[o.provisioning],
+        *(_flag(f, fill) for f in PROVISIONING_FLAGS[group.provisioning]),
     ]
     if o.preload_image:
         flags += ["--enable-image-streaming", '--secondary-boot-disk="disk-image=$PRELOAD_IMAGE,mode=CONTAINER_IMAGE_CACHE"']
     lines = " \\\n".join(f"    {f}" for f in flags)
-    sizing = POOL_SIZING["reservation" if o.provisioning == "reservation" else "autoscaled"]
+    sizing = POOL_SIZING["reservation" if group.provisioning == "reservation" else "autoscaled"].format(nodes=group.replicas)
+    pool = _q(o.pool_name(group))
     return (
-        sizing + "# eth1 on the gVNIC VPC, eth2..eth9 on the RoCE subnets: the same names as network.* in the values file.\n"
-        'if ! exists gcloud container node-pools describe "$NODE_POOL" --project="$PROJECT" --cluster="$CLUSTER" \\\n'
+        f"# Worker group {group.name}: {group.provisioning}.\n" + sizing + "# eth1 on the gVNIC VPC, eth2..eth9 on the RoCE "
+        "subnets: the same names as network.* in the values file.\n"
+        f'if ! exists gcloud container node-pools describe {pool} --project="$PROJECT" --cluster="$CLUSTER" \\\n'
         '    --location="$REGION"; then\n'
-        '  run gcloud container node-pools create "$NODE_POOL" \\\n'
+        f"  run gcloud container node-pools create {pool} \\\n"
         f"{lines}\n"
         "fi\n"
     )
 
 
+def _flag(template: str, fill: dict[str, str]) -> str:
+    name, eq, value = template.partition("=")
+    if not eq or "{" not in value:
+        return template
+    return f"{name}={_q(value.format(**fill))}"
+
+
 RDMA_INSTALLER = """\
-# Google's NCCL RDMA installer DaemonSet (gIB plugin into /home/kubernetes/bin/gib on GPU nodes).
+# Google's NCCL RDMA installer DaemonSet (gIB into /home/kubernetes/bin/gib on GPU nodes), from
+# GoogleCloudPlatform/container-engine-accelerators at a pinned commit (--rdma-installer-commit),
+# never from a moving branch: at the default commit it runs gIB %(pinned)s.
 if ! exists kubectl get daemonset nccl-rdma-installer --namespace="$RDMA_INSTALLER_NAMESPACE"; then
   run kubectl apply -f "$RDMA_INSTALLER_URL"
-fi
+%(set_image)sfi
 # The GKE Network and GKENetworkParamSet objects (gvnic-1, rdma-0..rdma-7) are not created here:
 # the Helm chart renders them from network.* in the values file (network.createObjects), which
 # holds the same VPC and subnet names as this script. One owner keeps them from drifting.
 """
 
-BUCKET = """\
-if ! exists gcloud storage buckets describe "gs://$BUCKET" --project="$PROJECT"; then
-  run gcloud storage buckets create "gs://$BUCKET" --project="$PROJECT" --location="$REGION" \\
-    --uniform-bucket-level-access --enable-hierarchical-namespace
-fi
+SET_GIB_IMAGE = """\
+  # --gib-version: another gIB than the manifest's; its init container copies gIB to the node.
+  run kubectl set image daemonset/nccl-rdma-installer --namespace="$RDMA_INSTALLER_NAMESPACE" \\
+    nccl-rdma-installer="$GIB_IMAGE"
 """
 
-SERVICE_ACCOUNT = """\
+NAMESPACE_STEP = """\
+# The release's namespace, at the Pod Security level the chart needs: the GPU workers mount the
+# NVIDIA driver and gIB from the node (hostPath), which the baseline level forbids, so enforce
+# privileged; warn and audit at baseline report just those two volumes.
 if ! exists kubectl get namespace "$NAMESPACE"; then
   run kubectl create namespace "$NAMESPACE"
 fi
-if ! exists kubectl get serviceaccount "$KSA" --namespace="$NAMESPACE"; then
-  run kubectl create serviceaccount "$KSA" --namespace="$NAMESPACE"
-fi
-"""
-
-WORKLOAD_IDENTITY = """\
-# Workload Identity Federation: the Kubernetes service account itself is the IAM principal.
-project_number=''
-query project_number PROJECT_NUMBER gcloud projects describe "$PROJECT" --format='value(projectNumber)'
-member="principal://iam.googleapis.com/projects/$project_number/locations/global/workloadIdentityPools/$PROJECT.svc.id.goog/subject/ns/$NAMESPACE/sa/$KSA"
-bindings=''
-query bindings '' gcloud storage buckets get-iam-policy "gs://$BUCKET" --project="$PROJECT" \\
-  --flatten='bindings[].members' --format='csv[no-heading](bindings.role,bindings.members)'
-if has_line "$bindings" "$BUCKET_ROLE,$member"; then
-  echo "    = $member has $BUCKET_ROLE on gs://$BUCKET"
+level=''
+query level '' kubectl get namespace "$NAMESPACE" -o jsonpath='{.metadata.labels.pod-security\\.kubernetes\\.io/enforce}'
+if [ "$level" != privileged ]; then
+  run kubectl label namespace "$NAMESPACE" --overwrite pod-security.kubernetes.io/enforce=privileged \\
+    pod-security.kubernetes.io/warn=baseline pod-security.kubernetes.io/audit=baseline
 else
-  run gcloud storage buckets add-iam-policy-binding "gs://$BUCKET" --project="$PROJECT" \\
-    --member="$member" --role="$BUCKET_ROLE"
+  echo "    = $NAMESPACE enforces the privileged Pod Security level"
 fi
 """
 
@@ -364,14 +453,14 @@ LUSTRE_ACCESS = """\
 # Private services access on the cluster's VPC: Managed Lustre takes its addresses from this range.
 if ! exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
   run gcloud compute addresses create "$LUSTRE_RANGE" --global --project="$PROJECT" --purpose=VPC_PEERING \\
-    --prefix-length=%(prefix)d --network="$CLUSTER_VPC" --description='Managed Lustre private services access'
+    --prefix-length=%(prefix)d --network="$CLUSTER_VPC" --description="$OWNER_MARK"
 fi
 if ! exists gcloud compute firewall-rules describe "$LUSTRE_FIREWALL" --project="$PROJECT"; then
   cidr=''
   query cidr RANGE_CIDR gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT" \\
     --format='value[separator=/](address,prefixLength)'
   run gcloud compute firewall-rules create "$LUSTRE_FIREWALL" --project="$PROJECT" --network="$CLUSTER_VPC" \\
-    --allow=tcp:988,tcp:6988 --source-ranges="$cidr"
+    --allow=tcp:988 --source-ranges="$cidr" --description="$OWNER_MARK"
 fi
 ranges=''
 query ranges '' gcloud services vpc-peerings list --project="$PROJECT" --network="$CLUSTER_VPC" \\
@@ -389,42 +478,13 @@ fi
 """
 
 LUSTRE_INSTANCE = """\
-# In the GPU nodes' zone, on the cluster's VPC. --gke-support-enabled moves Lustre to port 6988,
-# hence --enable-legacy-lustre-port on the cluster.
+# In the GPU nodes' zone, on the cluster's VPC, on Lustre's own port (no --gke-support-enabled).
 if ! exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"; then
   run gcloud lustre instances create "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" \\
     --network="projects/$PROJECT/global/networks/$CLUSTER_VPC" \\
     --capacity-gib="$LUSTRE_CAPACITY_GIB" --per-unit-storage-throughput="$LUSTRE_THROUGHPUT" \\
-    --filesystem="$LUSTRE_FS" --gke-support-enabled
+    --filesystem="$LUSTRE_FS" --description="$OWNER_MARK" --labels="$OWNER_LABEL"
 fi
-"""
-
-CHART_VALUES = """\
-mount_point=''
-query mount_point "LUSTRE_IP@tcp:/$LUSTRE_FS" gcloud lustre instances describe "$LUSTRE_INSTANCE" \\
-  --project="$PROJECT" --location="$ZONE" --format='value(mountPoint)'
-case "$mount_point" in
-  *@tcp:/*) ;;
-  *) die "unexpected mountPoint '$mount_point' of Lustre instance $LUSTRE_INSTANCE (want IP@tcp:/FILESYSTEM)" ;;
-esac
-lustre_ip="${mount_point%%%%@*}"
-lustre_fs="${mount_point##*:/}"
-cat <<EOF
-
-storage.lustre values for the chart:
-  volumeHandle: $PROJECT/$ZONE/$LUSTRE_INSTANCE
-  ip:           $lustre_ip
-  filesystem:   $lustre_fs
-
-Next: write the values file, then install the chart with these values:
-  %(generate)s
-  helm install nemo-rl charts/nemo-rl-gke -f %(values_file)s --namespace=$NAMESPACE \\\\
-    --set storage.lustre.volumeHandle=$PROJECT/$ZONE/$LUSTRE_INSTANCE \\\\
-    --set storage.lustre.ip=$lustre_ip \\\\
-    --set storage.lustre.filesystem=$lustre_fs \\\\
-    --set storage.lustre.capacity=${LUSTRE_CAPACITY_GIB}Gi \\\\
-    --set serviceAccount.create=false --set serviceAccount.name=$KSA
-EOF
 """
 
 
@@ -433,14 +493,23 @@ def generate_command(o: InfraOptions) -> str:
     argv = ["python", "-m", "generator", "--gpu", o.gpu]
     if o.mode != "standard":
         argv += ["--mode", o.mode]
-    argv += ["--nodes", str(o.nodes)]
+    if o.groups:
+        argv += [
+            "--groups",
+            ",".join(str(GroupSpec(g.name, g.replicas, g.provisioning, reservation_name(g.reservation))) for g in o.groups),
+        ]
+    else:
+        argv += ["--nodes", str(o.nodes), "--provisioning", o.provisioning]
+        if o.reservation:
+            # Pods select the reservation by its name (cloud.google.com/reservation-name), also when
+            # the node pool was given its full path.
+            argv += ["--reservation", reservation_name(o.reservation)]
+            if (owner := reservation_project(o.reservation)) and owner != o.project:
+                argv += ["--reservation-project", owner]
     if o.network_prefix != networks.DEFAULT_PREFIX:
         argv += ["--network-prefix", o.network_prefix]
-    argv += ["--provisioning", o.provisioning]
-    if o.reservation:
-        # Pods select the reservation by its name (cloud.google.com/reservation-name), also when
-        # the node pool was given its full path.
-        argv += ["--reservation", reservation_name(o.reservation)]
+    if o.kueue:
+        argv += ["--kueue-queue", o.kueue_queue]
     return shlex.join(argv)
 
 
@@ -450,48 +519,115 @@ def reservation_name(reservation: str) -> str:
     return parts[3] if len(parts) >= 4 and parts[0] == "projects" and parts[2] == "reservations" else reservation
 
 
+def reservation_project(reservation: str) -> str:
+    """P of projects/P/reservations/R[...], or "" for a bare name (the cluster's project)."""
+    parts = reservation.split("/")
+    return parts[1] if len(parts) >= 4 and parts[0] == "projects" else ""
+
+
+def _quota_step(o: InfraOptions) -> Step | None:
+    need: dict[str, int] = {}
+    gpus = profile(o.gpu).gpus_per_node
+    for g in o.worker_groups:
+        if g.provisioning == "reservation":
+            continue  # the reservation holds its GPUs already
+        metric = ("PREEMPTIBLE_" if g.provisioning in ("spot", "flex-start") else "") + profile(o.gpu).quota_metric
+        need[metric] = need.get(metric, 0) + g.replicas * gpus
+    if not need:
+        return None
+    calls = "".join(f"need_gpus {m} {n}\n" for m, n in need.items())
+    needs = ", ".join(f"{m}: {n}" for m, n in need.items())
+    return Step("GPU quota", QUOTA_CHECK % {"needs": needs, "calls": calls})
+
+
+def _cluster_step(o: InfraOptions) -> Step:
+    floors = "".join(f"  #   {f.version}  {f.what} ({f.source})\n" for f in versions.floors(profile(o.gpu), _flex(o)))
+    version = CLUSTER_VERSION % {"floors": floors.rstrip("\n")}
+    if o.mode == "standard":
+        return Step(
+            "GKE Standard cluster (multi-networking, Ray operator, Lustre CSI driver)",
+            LUSTRE_PORT_NOTE + STANDARD_CLUSTER % {"version": version},
+        )
+    return Step(
+        "GKE Autopilot cluster (multi-networking, Ray operator, Lustre CSI driver)",
+        LUSTRE_PORT_NOTE + AUTOPILOT_CLUSTER % {"version": version},
+    )
+
+
+def _flex(o: InfraOptions) -> bool:
+    return any(g.provisioning == "flex-start" for g in o.worker_groups)
+
+
+def _installer_step(o: InfraOptions) -> Step:
+    set_image = SET_GIB_IMAGE if o.gib_version != GIB_VERSION else ""
+    return Step("NCCL RDMA installer", RDMA_INSTALLER % {"pinned": GIB_VERSION, "set_image": set_image})
+
+
 def bring_up_steps(o: InfraOptions) -> list[Step]:
-    steps = [
-        Step("Enable the Google Cloud APIs", ENABLE_APIS),
+    from generator.infra import overlay
+
+    steps = [Step("Enable the Google Cloud APIs", ENABLE_APIS)]
+    if quota := _quota_step(o):
+        steps.append(quota)
+    steps += [
+        Step("Cluster VPC (eth0, Managed Lustre)", CLUSTER_NETWORK),
         Step("gVNIC VPC, subnet and firewall (eth1)", GVNIC_NETWORK % {"source": GVNIC_FIREWALL_SOURCE}),
         Step("RoCE VPC and its RDMA subnets (eth2..eth9)", RDMA_NETWORK),
+        _cluster_step(o),
+        Step("Cluster credentials for kubectl", CREDENTIALS),
     ]
     if o.mode == "standard":
-        steps.append(Step("GKE Standard cluster (multi-networking, Ray operator, Lustre CSI driver)", STANDARD_CLUSTER))
-    else:
-        steps.append(Step("GKE Autopilot cluster (multi-networking, Ray operator, Lustre CSI driver)", AUTOPILOT_CLUSTER))
-    steps.append(Step("Cluster credentials for kubectl", CREDENTIALS))
-    if o.mode == "standard":
-        steps.append(Step("GPU node pool", node_pool(o)))
+        steps += [Step(f"GPU node pool {o.pool_name(g)}", node_pool(o, g)) for g in o.worker_groups]
+    steps += [_installer_step(o), Step("Namespace and its Pod Security level", NAMESPACE_STEP)]
+    if o.kueue:
+        steps += [Step("Kueue", kueue.INSTALL), Step("Kueue queues", kueue.config_step(o))]
     steps += [
-        Step("NCCL RDMA installer", RDMA_INSTALLER),
-        Step("Cloud Storage bucket", BUCKET),
-        Step("Kubernetes service account", SERVICE_ACCOUNT),
-        Step("Workload Identity: bucket access for the service account", WORKLOAD_IDENTITY),
         Step("Managed Lustre: private services access", LUSTRE_ACCESS % {"prefix": LUSTRE_PSA_PREFIX_LENGTH}),
         Step("Managed Lustre instance", LUSTRE_INSTANCE),
-        Step(
-            "Values for the chart",
-            CHART_VALUES % {"generate": generate_command(o), "values_file": f"values-{o.gpu}.yaml"},
-        ),
+        Step("Values overlay for the chart", overlay.step(o, generate_command(o))),
     ]
     return steps
 
 
 # --- teardown -------------------------------------------------------------------------------
 
-TEARDOWN_LUSTRE = """\
-if exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"; then
-  run gcloud lustre instances delete "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" --quiet
-fi
-"""
 
-TEARDOWN_LUSTRE_ACCESS = """\
+def _owned(describe: str, delete: str, what: str, mark: str = "value(description)" + ' "$OWNER_MARK"') -> str:
+    """Delete a resource only when it exists and carries this cluster's mark."""
+    return (
+        f"if exists {describe}; then\n"
+        f"  if owned {mark} {describe}; then\n"
+        f"    run {delete}\n"
+        "  else\n"
+        f'    echo "    ! kept {what}: this script did not create it"\n'
+        "  fi\n"
+        "fi\n"
+    )
+
+
+LABEL = "'value(resourceLabels.nemo-rl-gke-infra)' \"$CLUSTER\""
+LUSTRE_LABEL = "'value(labels.nemo-rl-gke-infra)' \"$CLUSTER\""
+DESCRIPTION = "'value(description)' \"$OWNER_MARK\""
+
+TEARDOWN_LUSTRE = _owned(
+    'gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"',
+    'gcloud lustre instances delete "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" --quiet',
+    "Managed Lustre instance $LUSTRE_INSTANCE",
+    LUSTRE_LABEL,
+)
+
+TEARDOWN_LUSTRE_ACCESS = (
+    """\
 keep_range=0
+if exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT" &&
+  ! owned 'value(description)' "$OWNER_MARK" gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
+  echo "    ! kept range $LUSTRE_RANGE and its peering: this script did not create it"
+  keep_range=1
+fi
 ranges=''
 query ranges "$LUSTRE_RANGE" gcloud services vpc-peerings list --project="$PROJECT" --network="$CLUSTER_VPC" \\
   --service=servicenetworking.googleapis.com --flatten=reservedPeeringRanges --format='value(reservedPeeringRanges)'
-if [ "$ranges" = "$LUSTRE_RANGE" ]; then
+if [ "$keep_range" = 0 ] && [ "$ranges" = "$LUSTRE_RANGE" ]; then
   # Can be refused for a while after the instance is deleted; run the teardown again later.
   run gcloud services vpc-peerings delete --project="$PROJECT" --network="$CLUSTER_VPC" \\
     --service=servicenetworking.googleapis.com --quiet
@@ -499,72 +635,112 @@ elif has_line "$ranges" "$LUSTRE_RANGE"; then
   echo "    ! the private services connection of $CLUSTER_VPC also serves other ranges: it and $LUSTRE_RANGE are kept"
   keep_range=1
 fi
-if exists gcloud compute firewall-rules describe "$LUSTRE_FIREWALL" --project="$PROJECT"; then
-  run gcloud compute firewall-rules delete "$LUSTRE_FIREWALL" --project="$PROJECT" --quiet
-fi
-if [ "$keep_range" = 0 ] && exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
-  run gcloud compute addresses delete "$LUSTRE_RANGE" --global --project="$PROJECT" --quiet
-fi
 """
-
-TEARDOWN_BUCKET = """\
-# Its IAM bindings go with it.
-if exists gcloud storage buckets describe "gs://$BUCKET" --project="$PROJECT"; then
-  run gcloud storage rm --recursive "gs://$BUCKET" --project="$PROJECT"
-fi
+    + _owned(
+        'gcloud compute firewall-rules describe "$LUSTRE_FIREWALL" --project="$PROJECT"',
+        'gcloud compute firewall-rules delete "$LUSTRE_FIREWALL" --project="$PROJECT" --quiet',
+        "firewall rule $LUSTRE_FIREWALL",
+        DESCRIPTION,
+    )
+    + """\
+if [ "$keep_range" = 0 ]; then
 """
+    + "".join(
+        f"  {line}\n"
+        for line in _owned(
+            'gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"',
+            'gcloud compute addresses delete "$LUSTRE_RANGE" --global --project="$PROJECT" --quiet',
+            "range $LUSTRE_RANGE",
+            DESCRIPTION,
+        ).splitlines()
+    )
+    + "fi\n"
+)
 
-TEARDOWN_CLUSTER = """\
-# With the cluster go everything inside it: %(inside)s.
-if exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
-  run gcloud container clusters delete "$CLUSTER" --project="$PROJECT" --location="$REGION" --quiet
-fi
-"""
+TEARDOWN_CLUSTER = "# With the cluster go everything inside it: %(inside)s.\n" + _owned(
+    'gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"',
+    'gcloud container clusters delete "$CLUSTER" --project="$PROJECT" --location="$REGION" --quiet',
+    "cluster $CLUSTER",
+    LABEL,
+)
 
-TEARDOWN_RDMA_NETWORK = """\
+TEARDOWN_RDMA_NETWORK = (
+    """\
 for (( i = ${#RDMA_SUBNETS[@]} - 1; i >= 0; i-- )); do
-  if exists gcloud compute networks subnets describe "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION"; then
-    run gcloud compute networks subnets delete "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION" --quiet
-  fi
-done
-if exists gcloud compute networks describe "$RDMA_VPC" --project="$PROJECT"; then
-  run gcloud compute networks delete "$RDMA_VPC" --project="$PROJECT" --quiet
-fi
 """
+    + "".join(
+        f"  {line}\n"
+        for line in _owned(
+            'gcloud compute networks subnets describe "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION"',
+            'gcloud compute networks subnets delete "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION" --quiet',
+            "subnet ${RDMA_SUBNETS[$i]}",
+            DESCRIPTION,
+        ).splitlines()
+    )
+    + "done\n"
+    + _owned(
+        'gcloud compute networks describe "$RDMA_VPC" --project="$PROJECT"',
+        'gcloud compute networks delete "$RDMA_VPC" --project="$PROJECT" --quiet',
+        "VPC $RDMA_VPC",
+        DESCRIPTION,
+    )
+)
 
-TEARDOWN_GVNIC_NETWORK = """\
-if exists gcloud compute firewall-rules describe "$GVNIC_FIREWALL" --project="$PROJECT"; then
-  run gcloud compute firewall-rules delete "$GVNIC_FIREWALL" --project="$PROJECT" --quiet
-fi
-if exists gcloud compute networks subnets describe "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION"; then
-  run gcloud compute networks subnets delete "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION" --quiet
-fi
-if exists gcloud compute networks describe "$GVNIC_VPC" --project="$PROJECT"; then
-  run gcloud compute networks delete "$GVNIC_VPC" --project="$PROJECT" --quiet
-fi
-"""
+TEARDOWN_GVNIC_NETWORK = (
+    _owned(
+        'gcloud compute firewall-rules describe "$GVNIC_FIREWALL" --project="$PROJECT"',
+        'gcloud compute firewall-rules delete "$GVNIC_FIREWALL" --project="$PROJECT" --quiet',
+        "firewall rule $GVNIC_FIREWALL",
+        DESCRIPTION,
+    )
+    + _owned(
+        'gcloud compute networks subnets describe "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION"',
+        'gcloud compute networks subnets delete "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION" --quiet',
+        "subnet $GVNIC_SUBNET",
+        DESCRIPTION,
+    )
+    + _owned(
+        'gcloud compute networks describe "$GVNIC_VPC" --project="$PROJECT"',
+        'gcloud compute networks delete "$GVNIC_VPC" --project="$PROJECT" --quiet',
+        "VPC $GVNIC_VPC",
+        DESCRIPTION,
+    )
+)
+
+TEARDOWN_CLUSTER_NETWORK = "# A VPC that existed before the bring-up (such as the project's default) carries no mark and stays.\n" + _owned(
+    'gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT"',
+    'gcloud compute networks delete "$CLUSTER_VPC" --project="$PROJECT" --quiet',
+    "VPC $CLUSTER_VPC",
+    DESCRIPTION,
+)
 
 TEARDOWN_SUMMARY = """\
   - Managed Lustre instance $LUSTRE_INSTANCE in $ZONE, with all its data
   - private services access range $LUSTRE_RANGE (and its peering if nothing else uses it), firewall rule $LUSTRE_FIREWALL
-  - Cloud Storage bucket gs://$BUCKET, with all its objects
   - GKE cluster $CLUSTER in $REGION, with everything running in it
   - VPC $RDMA_VPC and its ${#RDMA_SUBNETS[@]} subnets
   - VPC $GVNIC_VPC, its subnet $GVNIC_SUBNET and firewall rule $GVNIC_FIREWALL
+  - VPC $CLUSTER_VPC
+Each only if this script created it (it carries the mark "$OWNER_MARK" or the label $OWNER_LABEL);
+anything else, such as a VPC that existed before, is kept.
 """
 
 
 def teardown_steps(o: InfraOptions) -> list[Step]:
     inside = (
-        "the GPU node pool, the NCCL RDMA installer, the service account"
-        if o.mode == "standard"
-        else ("the NCCL RDMA installer, the service account")
+        "the GPU node pools, the NCCL RDMA installer, the namespace" if o.mode == "standard" else ("the NCCL RDMA installer, the namespace")
     )
+    if o.kueue:
+        inside += ", Kueue and its queues"
     return [
         Step("Managed Lustre instance", TEARDOWN_LUSTRE),
         Step("Managed Lustre: private services access", TEARDOWN_LUSTRE_ACCESS),
-        Step("Cloud Storage bucket", TEARDOWN_BUCKET),
         Step("GKE cluster", TEARDOWN_CLUSTER % {"inside": inside}),
         Step("RoCE VPC and its RDMA subnets", TEARDOWN_RDMA_NETWORK),
         Step("gVNIC VPC, subnet and firewall", TEARDOWN_GVNIC_NETWORK),
+        Step("Cluster VPC", TEARDOWN_CLUSTER_NETWORK),
     ]
+
+
+def accelerator(o: InfraOptions) -> AcceleratorProfile:
+    return profile(o.gpu)

@@ -10,6 +10,7 @@ import ast
 import importlib.util
 import marshal
 import os
+import pty
 import shlex
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from generator import cli
 from generator.gke.profiles import profile
@@ -37,6 +39,8 @@ fake_cloud = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fake_cloud)
 
 RESERVATION = "projects/my-project/reservations/r1/reservationBlocks/b1"
+SCALE_OUT = ["--groups", "train=4:reservation:rl-reservation,generate=4:spot", "--kueue", "--kueue-queue", "gpu-queue"]
+SCALE_OUT += ["--topology", "preferred"]
 GOLDEN_CASES = {
     "b200-standard": ["--gpu", "b200"],
     "h200-standard": ["--gpu", "h200"],
@@ -47,6 +51,9 @@ GOLDEN_CASES = {
     "h200-standard-on-demand": ["--gpu", "h200", "--provisioning", "on-demand"],
     "b200-standard-flex-start": ["--gpu", "b200", "--provisioning", "flex-start", "--nodes", "4"],
     "h200-standard-reservation": ["--gpu", "h200", "--provisioning", "reservation", "--reservation", "r1"],
+    # the scale-out example's groups, with Kueue and topology-aware placement
+    "h200-standard-scale-out": ["--gpu", "h200", *SCALE_OUT],
+    "h200-standard-scale-out-teardown": ["--gpu", "h200", *SCALE_OUT, "--teardown"],
 }
 VARIANTS = {
     **GOLDEN_CASES,
@@ -54,8 +61,12 @@ VARIANTS = {
         *("--gpu", "b200", "--provisioning", "reservation", "--reservation", RESERVATION),
         *("--preload-image-disk", "nemo-rl-v050-cache", "--network-prefix", "team1", "--cluster", "grpo"),
     ],
-    "dry-run-default": ["--gpu", "h200", "--dry-run", "--namespace", "rl", "--ksa", "trainer"],
-    "autopilot-teardown": ["--gpu", "b200", "--mode", "autopilot", "--teardown", "--bucket", "my-bucket"],
+    "dry-run-default": ["--gpu", "h200", "--dry-run", "--namespace", "rl"],
+    "autopilot-teardown": ["--gpu", "b200", "--mode", "autopilot", "--teardown"],
+    "team-network": ["--gpu", "h200", "--network", "team-net"],
+    "team-network-teardown": ["--gpu", "h200", "--network", "team-net", "--teardown"],
+    "other-gib": ["--gpu", "h200", "--gib-version", "v1.2.0", "--rdma-installer-commit", "155bfa49b7459a55c2352495d3eeb46a55637be6"],
+    "flex-start-groups": ["--gpu", "h200", "--groups", "a=1:flex-start,b=1:on-demand"],
 }
 
 
@@ -107,9 +118,9 @@ def test_script_header_settings_and_strict_mode(scripts):
     assert "PRELOAD_IMAGE='projects/my-project/global/images/nemo-rl-v050-cache'\n" in text
     assert '--secondary-boot-disk="disk-image=$PRELOAD_IMAGE,mode=CONTAINER_IMAGE_CACHE"' in text
     assert "--enable-image-streaming" in text
-    assert "--reservation-affinity=specific" in text and '--reservation="$RESERVATION"' in text
+    assert "--reservation-affinity=specific" in text and f"--reservation={RESERVATION}" in text
     flex = scripts["b200-standard-flex-start"].read_text()
-    for f in ("--flex-start", "--enable-autoscaling", "--num-nodes=0", '--total-max-nodes="$NODES"', "--location-policy=ANY"):
+    for f in ("--flex-start", "--enable-autoscaling", "--num-nodes=0", "--total-max-nodes=4", "--location-policy=ANY"):
         assert f in flex
     assert "--spot" not in flex and "--spot" not in scripts["h200-standard-on-demand"].read_text()
 
@@ -160,10 +171,28 @@ class FakeCloud:
         self.runs = 0
         assert os.access(FAKE_CLI / "gcloud", os.X_OK) and os.access(FAKE_CLI / "kubectl", os.X_OK), "fake_cli/* must be executable"
 
-    def run(self, script: Path, *args: str, fail_at: int = 0, stdin: str = "", env: dict[str, str] | None = None) -> Run:
+    def run(self, script: Path, *args: str, fail_at: int = 0, stdin: str = "", env: dict[str, str] | None = None, yes: bool = True) -> Run:
+        """Run the script under bash with the stand-ins first on PATH; --yes unless yes=False."""
+        args = (*args, "--yes") if yes and "--dry-run" not in args else args
+        return self._run(script, args, fail_at=fail_at, stdin=stdin, env=env)
+
+    def on_terminal(self, script: Path, answer: str) -> Run:
+        """Run the script with a terminal (a pseudo-terminal) as its standard input, typing `answer`."""
+        return self._run(script, (), terminal=answer)
+
+    def _run(
+        self,
+        script: Path,
+        args: tuple[str, ...],
+        *,
+        fail_at: int = 0,
+        stdin: str = "",
+        env: dict[str, str] | None = None,
+        terminal: str | None = None,
+    ) -> Run:
         self.runs += 1
         log = self.root / f"calls-{self.runs}.jsonl"
-        full_env = {k: v for k, v in os.environ.items() if k not in ("GKE_VERSION", "FAKE_FAIL_AT", "FAKE_GKE_VERSION")}
+        full_env = {k: v for k, v in os.environ.items() if k not in ("GKE_VERSION", "FAKE_FAIL_AT", "FAKE_GKE_VERSION", "FAKE_GPU_QUOTA")}
         full_env.update(
             PATH=f"{FAKE_CLI}{os.pathsep}{os.environ.get('PATH', '')}",
             FAKE_PYTHON=sys.executable,
@@ -172,9 +201,20 @@ class FakeCloud:
             FAKE_FAIL_AT=str(fail_at or ""),
         )
         full_env.update(env or {})
-        proc = subprocess.run(
-            [BASH, str(script), *args], input=stdin, capture_output=True, text=True, env=full_env, cwd=self.root, check=False, timeout=120
-        )
+        if terminal is None:
+            argv = [BASH, str(script), *args]
+            proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=full_env, cwd=self.root, check=False, timeout=120)
+        else:
+            controller, tty = pty.openpty()
+            os.write(controller, terminal.encode())  # waits in the terminal's line buffer until the script reads it
+            try:
+                argv = [BASH, str(script), *args]
+                proc = subprocess.run(
+                    argv, stdin=tty, capture_output=True, text=True, env=full_env, cwd=self.root, check=False, timeout=120
+                )
+            finally:
+                os.close(tty)
+                os.close(controller)
         calls = [ast.literal_eval(line) for line in log.read_text().splitlines()] if log.exists() else []
         return Run(proc.returncode, proc.stdout, proc.stderr, calls)
 
@@ -184,7 +224,7 @@ class FakeCloud:
         return set(marshal.loads(self.state.read_bytes())["resources"])  # noqa: S302 - the fake's own state file
 
     def seed(self, resources: dict[str, dict[str, Any]]) -> None:
-        self.state.write_bytes(marshal.dumps({"resources": {"compute/networks/default": {}, **resources}}))
+        self.state.write_bytes(marshal.dumps({"resources": {"compute/networks/default": dict(fake_cloud.DEFAULT_NETWORK), **resources}}))
 
 
 @pytest.fixture
@@ -192,8 +232,13 @@ def cloud(tmp_path: Path) -> FakeCloud:
     return FakeCloud(tmp_path)
 
 
-def expected_creates(gpu: str, mode: str, prefix: str = "nemo-rl", cluster: str = "nemo-rl") -> list[str]:
-    apis = "compute.googleapis.com container.googleapis.com storage.googleapis.com servicenetworking.googleapis.com lustre.googleapis.com"
+PSA_LABELS = " ".join(
+    f"pod-security.kubernetes.io/{mode}={level}" for mode, level in (("enforce", "privileged"), ("warn", "baseline"), ("audit", "baseline"))
+)
+
+
+def expected_creates(gpu: str, mode: str, prefix: str = "nemo-rl", cluster: str = "nemo-rl", namespace: str = "nemo-rl") -> list[str]:
+    apis = "compute.googleapis.com container.googleapis.com servicenetworking.googleapis.com lustre.googleapis.com"
     creates = [
         f"gcloud services enable {apis}",
         f"gcloud compute networks create {prefix}-gvnic-net",
@@ -209,9 +254,8 @@ def expected_creates(gpu: str, mode: str, prefix: str = "nemo-rl", cluster: str 
     return [
         *creates,
         "kubectl apply",
-        f"gcloud storage buckets create gs://my-project-{cluster}",
-        "kubectl create serviceaccount nemo-rl-ksa",
-        f"gcloud storage buckets add-iam-policy-binding gs://my-project-{cluster}",
+        f"kubectl create namespace {namespace}",
+        f"kubectl label namespace {namespace} {PSA_LABELS}",
         f"gcloud compute addresses create {cluster}-lustre-psa",
         f"gcloud compute firewall-rules create {cluster}-lustre",
         "gcloud services vpc-peerings connect",
@@ -233,10 +277,11 @@ def test_first_run_creates_everything_in_order_and_second_run_nothing(scripts, c
     cluster_verb = "create" if mode == "standard" else "create-auto"
     c = first.call(f"gcloud container clusters {cluster_verb} nemo-rl")
     assert c["location"] == "us-central1"
-    assert c["cluster-version"] == "1.33.5-gke.1080000"  # the fake's default version, >= the profile minimum
-    assert "enable-multi-networking" in c and "enable-legacy-lustre-port" in c
+    assert c["cluster-version"] == "1.33.5-gke.1080000"  # the fake's default version, >= every floor
+    assert "enable-multi-networking" in c and "enable-legacy-lustre-port" not in c  # deprecated: Lustre on port 988
+    assert c["labels"] == "nemo-rl-gke-infra=nemo-rl"  # the teardown deletes only a cluster with this label
     if mode == "standard":
-        assert c["addons"] == "RayOperator,LustreCsiDriver"
+        assert c["addons"] == "HttpLoadBalancing,HorizontalPodAutoscaling,RayOperator,LustreCsiDriver"
         assert "enable-dataplane-v2" in c and "enable-ip-alias" in c
         assert c["workload-pool"] == "my-project.svc.id.goog"
         pool_call = next(x for x in first.calls if signature(x) == f"gcloud container node-pools create gpu-{gpu}")
@@ -251,38 +296,37 @@ def test_first_run_creates_everything_in_order_and_second_run_nothing(scripts, c
         assert not any("node-pools" in signature(x) for x in first.calls)
     rdma = first.call("gcloud compute networks create nemo-rl-rdma-net")
     assert rdma["network-profile"] == "us-central1-b-vpc-roce"
+    assert rdma["description"] == "nemo-rl-gke infra: cluster nemo-rl"
     installer = next(x for x in first.calls if signature(x) == "kubectl apply")
-    manifest = flags(installer)["-f"]
-    assert manifest.endswith(
-        "/gpudirect-rdma/nccl-rdma-installer-autopilot.yaml" if mode == "autopilot" else "/gpudirect-rdma/nccl-rdma-installer.yaml"
+    assert flags(installer)["-f"] == (
+        "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/"
+        "2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae/gpudirect-rdma/"
+        + ("nccl-rdma-installer-autopilot.yaml" if mode == "autopilot" else "nccl-rdma-installer.yaml")
     )
+    assert not any(signature(x).startswith("kubectl set image") for x in first.calls)  # the manifest's gIB v1.1.1
     lustre = first.call("gcloud lustre instances create nemo-rl-lustre")
     assert lustre["location"] == "us-central1-b"
     assert lustre["network"] == "projects/my-project/global/networks/default"
-    assert "gke-support-enabled" in lustre
+    assert "gke-support-enabled" not in lustre
     assert (lustre["capacity-gib"], lustre["per-unit-storage-throughput"], lustre["filesystem"]) == ("9000", "1000", "lfs")
-    binding = first.call("gcloud storage buckets add-iam-policy-binding gs://my-project-nemo-rl")
-    assert binding["member"] == (
-        "principal://iam.googleapis.com/projects/123456789012/locations/global/workloadIdentityPools/"
-        "my-project.svc.id.goog/subject/ns/default/sa/nemo-rl-ksa"
-    )
-    for line in (
-        "volumeHandle: my-project/us-central1-b/nemo-rl-lustre",
-        "ip:           10.90.0.5",
-        "filesystem:   lfs",
-        "--set storage.lustre.volumeHandle=my-project/us-central1-b/nemo-rl-lustre",
-        "--set storage.lustre.ip=10.90.0.5",
-        "--set storage.lustre.filesystem=lfs",
-        "--set serviceAccount.name=nemo-rl-ksa",
-        f"-f values-{gpu}.yaml",
-    ):
+    assert first.call("gcloud compute firewall-rules create nemo-rl-lustre")["allow"] == "tcp:988"
+    assert first.call(f"kubectl label namespace nemo-rl {PSA_LABELS}") == {"overwrite": ""}
+    assert "! default has MTU 1460; Managed Lustre recommends 8896" in first.stdout  # an existing VPC is kept as it is
+    overlay = yaml.safe_load((cloud.root / "values-infra.yaml").read_text())
+    assert overlay["storage"]["lustre"] == {
+        "volumeHandle": "my-project/us-central1-b/nemo-rl-lustre",
+        "ip": "10.90.0.5",
+        "filesystem": "lfs",
+        "capacity": "9000Gi",
+    }
+    for line in (f"-f values-{gpu}.yaml -f values-infra.yaml", "--namespace=nemo-rl", f"python -m generator validate values-{gpu}.yaml"):
         assert line in first.stdout
     assert ("--mode autopilot" in first.stdout) == (mode == "autopilot")
 
     second = cloud.run(scripts[f"{gpu}-{mode}"])
     assert second.rc == 0, second.stderr
     assert second.mutations == []
-    assert "ip:           10.90.0.5" in second.stdout
+    assert "Wrote values-infra.yaml" in second.stdout
     assert "Bring-up complete." in second.stdout
 
 
@@ -314,7 +358,7 @@ def test_spot_on_demand_and_flex_start_pools_autoscale_from_zero_to_nodes(script
     assert ("spot" in pool) == (variant == "h200-standard")
     assert "reservation" not in pool
     text = scripts[variant].read_text()
-    assert "# Autoscaled from 0 to $NODES nodes" in text
+    assert f"# Autoscaled from 0 to {nodes} nodes" in text
     assert "https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler" in text
 
 
@@ -325,7 +369,7 @@ def test_reservation_pool_is_fixed_at_nodes_and_the_script_says_why(scripts, clo
     assert pool.items() >= {"num-nodes": nodes, **extra}.items()
     assert not {"enable-autoscaling", "total-min-nodes", "total-max-nodes", "min-nodes", "max-nodes", "location-policy"} & pool.keys()
     text = scripts[variant].read_text()
-    assert "# Fixed at $NODES nodes, not autoscaled: a reservation is billed" in text
+    assert f"# Fixed at {nodes} nodes, not autoscaled: a reservation is billed" in text
     assert "https://docs.cloud.google.com/compute/docs/instances/reservations-overview#reservation-billing" in text
     assert "# Autoscaled from 0" not in text
 
@@ -378,9 +422,8 @@ FAIL_AT = [
     "gcloud container clusters create nemo-rl",
     "gcloud container node-pools create gpu-h200",
     "kubectl apply",
-    "gcloud storage buckets create",
-    "kubectl create serviceaccount",
-    "gcloud storage buckets add-iam-policy-binding",
+    "kubectl create namespace",
+    "kubectl label namespace",
     "gcloud compute addresses create",
     "gcloud services vpc-peerings connect",
     "gcloud lustre instances create",
@@ -402,7 +445,7 @@ def test_failure_at_step_k_stops_there_and_rerun_completes_from_k(scripts, cloud
     assert rerun.mutations == creates[k - 1 :]
 
 
-@pytest.mark.parametrize("k", [1, 14, 22])
+@pytest.mark.parametrize("k", [1, 14, 21])
 def test_autopilot_failure_and_rerun(scripts, cloud, k):
     creates = expected_creates("b200", "autopilot")
     failed = cloud.run(scripts["b200-autopilot"], fail_at=k)
@@ -412,11 +455,18 @@ def test_autopilot_failure_and_rerun(scripts, cloud, k):
     assert rerun.mutations == creates[k - 1 :]
 
 
-def test_gke_version_below_the_profile_minimum_stops_before_the_cluster(scripts, cloud):
-    run = cloud.run(scripts["b200-standard"], env={"FAKE_GKE_VERSION": "1.32.1-gke.100"})
+@pytest.mark.parametrize("version", ["1.32.1-gke.100", "1.33.2-gke.1200000"])
+def test_gke_version_below_the_highest_floor_stops_before_the_cluster(scripts, cloud, version):
+    # 1.32.1: below the B200 minimum; 1.33.2-gke.1200000: past the Lustre CSI driver's minimum but
+    # before Lustre on port 988 without the deprecated legacy port
+    run = cloud.run(scripts["b200-standard"], env={"FAKE_GKE_VERSION": version})
     assert run.rc == 1
-    assert "older than 1.32.4-gke.1236000" in run.stderr
+    assert f"GKE {version} is older than 1.33.2-gke.4655000, the minimum for Lustre on port 988" in run.stderr
     assert not any("clusters create" in m for m in run.mutations)
+    text = scripts["b200-standard"].read_text()
+    for floor in ("1.32.4-gke.1236000  a4-highgpu-8g", "1.33.2-gke.1111000  the Managed Lustre CSI driver", "1.33.2-gke.4655000  Lustre"):
+        assert floor in text
+    assert "flex-start node pools" not in text and "1.32.2-gke.1652000  flex-start node pools" in scripts["flex-start-groups"].read_text()
     pinned = cloud.run(scripts["b200-standard"], env={"GKE_VERSION": "1.34.1-gke.2000"})
     assert pinned.rc == 0, pinned.stderr
     assert pinned.call("gcloud container clusters create nemo-rl")["cluster-version"] == "1.34.1-gke.2000"
@@ -458,7 +508,6 @@ def test_generator_dry_run_flag_makes_dry_run_the_script_default(scripts, cloud)
     executed = cloud.run(scripts["dry-run-default"], "--execute")
     assert executed.rc == 0, executed.stderr
     assert "kubectl create namespace rl" in executed.mutations
-    assert "kubectl create serviceaccount trainer" in executed.mutations
 
 
 def test_missing_tools_and_unknown_arguments(scripts, tmp_path):
@@ -479,7 +528,6 @@ EXPECTED_DELETES = [
     "gcloud services vpc-peerings delete",
     "gcloud compute firewall-rules delete nemo-rl-lustre",
     "gcloud compute addresses delete nemo-rl-lustre-psa",
-    "gcloud storage rm gs://my-project-nemo-rl",
     "gcloud container clusters delete nemo-rl",
     *(f"gcloud compute networks subnets delete nemo-rl-rdma-sub-{i}" for i in reversed(range(8))),
     "gcloud compute networks delete nemo-rl-rdma-net",
@@ -494,7 +542,7 @@ def test_teardown_asks_first_then_deletes_in_reverse_order(scripts, cloud):
     assert up.rc == 0, up.stderr
     before = cloud.resources()
 
-    refused = cloud.run(scripts["h200-standard-teardown"], stdin="n\n")
+    refused = cloud.run(scripts["h200-standard-teardown"], stdin="n\n", yes=False)
     assert refused.rc == 1
     assert "aborted: nothing was deleted" in refused.stderr
     assert "Managed Lustre instance nemo-rl-lustre in us-central1-b" in refused.stdout
@@ -506,11 +554,12 @@ def test_teardown_asks_first_then_deletes_in_reverse_order(scripts, cloud):
     assert down.mutations == EXPECTED_DELETES
     assert all(c["rc"] == 0 for c in down.calls if c["mutating"])
     # the reverse order of creation, for every resource that is deleted on its own
-    created = [m.replace(" create ", " ").replace("gs://", "") for m in up.mutations]
-    deleted = [d.replace(" delete ", " ").replace("storage rm", "storage buckets").replace("gs://", "") for d in down.mutations]
+    created = [m.replace(" create ", " ") for m in up.mutations]
+    deleted = [d.replace(" delete ", " ") for d in down.mutations]
     own = [d for d in deleted if d in created]
     assert own == [c for c in reversed(created) if c in own]
     assert cloud.resources() == {"compute/networks/default"} | {r for r in before if r.startswith("api/")}
+    assert "! kept VPC default: this script did not create it" in down.stdout
 
     again = cloud.run(scripts["h200-standard-teardown"], "--yes")
     assert again.rc == 0 and again.mutations == []
@@ -535,7 +584,7 @@ def test_teardown_accepts_yes_on_stdin_and_keeps_a_shared_peering(scripts, cloud
 def test_teardown_dry_run_lists_every_delete(scripts, cloud):
     run = cloud.run(scripts["autopilot-teardown"], "--dry-run")
     assert run.rc == 0 and run.calls == []
-    assert "+ gcloud storage rm --recursive gs://my-bucket" in run.stdout
+    assert "? owner: gcloud container clusters describe nemo-rl" in run.stdout
     assert "+ gcloud container clusters delete nemo-rl --project=my-project --location=us-central1 --quiet" in run.stdout
 
 
@@ -571,48 +620,62 @@ def test_network_names_equal_those_of_the_values_file(cloud, tmp_path, gpu, pref
 
 
 def _printed_commands(stdout: str) -> dict[str, list[str]]:
-    """The `python -m generator` and `helm install` commands the script prints at the end."""
-    text = stdout.split("Next:", 1)[1].replace("\\\n", " ")
+    """The `python -m generator`, `validate` and `helm install` commands the script prints at the end."""
     found = {}
-    for line in text.splitlines():
+    for line in stdout.split("Next:", 1)[1].splitlines():
         words = shlex.split(line)
-        if words[:3] == ["python", "-m", "generator"]:
+        if words[:4] == ["python", "-m", "generator", "validate"]:
+            found["validate"] = words[3:]
+        elif words[:3] == ["python", "-m", "generator"]:
             found["generate"] = words[3:]
         elif words[:2] == ["helm", "install"]:
             found["helm"] = words
     return found
 
 
-def test_printed_next_steps_write_values_that_the_chart_renders_with_the_lustre_volume(scripts, cloud, tmp_path, helms):
+def _follow_printed_steps(run: Run, root: Path, helms: list[Any]) -> list[list[dict[str, Any]]]:
+    """Write the values file as printed, validate it with the overlay as printed, render both with each Helm."""
+    printed = _printed_commands(run.stdout)
+    gpu = printed["generate"][printed["generate"].index("--gpu") + 1]
+    values_file = root / f"values-{gpu}.yaml"
+    assert cli.main([*printed["generate"], "-o", str(values_file)]) == 0
+    cwd = os.getcwd()
+    os.chdir(root)  # the printed commands name both files relative to where the script ran
+    try:
+        assert cli.main(printed["validate"]) == 0
+    finally:
+        os.chdir(cwd)
+    helm_args = printed["helm"]
+    files = [root / helm_args[i + 1] for i, w in enumerate(helm_args) if w == "-f"]
+    assert [f.name for f in files] == [values_file.name, "values-infra.yaml"]
+    namespace = next(w.split("=", 1)[1] for w in helm_args if w.startswith("--namespace="))
+    return [parse_documents(helm.template(files, release="nemo-rl", namespace=namespace)) for helm in helms]
+
+
+def test_printed_next_steps_validate_and_render_the_lustre_volume_from_the_overlay(scripts, cloud, helms, capsys):
     run = cloud.run(scripts["h200-standard"])
     assert run.rc == 0, run.stderr
-    printed = _printed_commands(run.stdout)
-    values_file = tmp_path / "values-h200.yaml"
-    assert cli.main([*printed["generate"], "-o", str(values_file)]) == 0
-    helm_args = printed["helm"]
-    assert helm_args[2:6] == ["nemo-rl", "charts/nemo-rl-gke", "-f", "values-h200.yaml"]
-    sets = [helm_args[i + 1] for i, w in enumerate(helm_args) if w == "--set"]
-    namespace = next(w.split("=", 1)[1] for w in helm_args if w.startswith("--namespace="))
-    for helm in helms:
-        objs = parse_documents(helm.template([values_file], release="nemo-rl", namespace=namespace, set_values=sets))
+    for objs in _follow_printed_steps(run, cloud.root, helms):
         pv = next(o for o in objs if o["kind"] == "PersistentVolume")
         assert pv["spec"]["csi"]["volumeHandle"] == "my-project/us-central1-b/nemo-rl-lustre"
         assert pv["spec"]["csi"]["volumeAttributes"] == {"ip": "10.90.0.5", "filesystem": "lfs"}
         assert pv["spec"]["capacity"]["storage"] == "9000Gi"
-        accounts = [o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"]
-        assert accounts == ["nemo-rl-launcher"], "the script created the Ray pods' account; the chart makes only the launcher's"
-        ray = next(o for o in objs if o["kind"] == "RayCluster")
-        assert ray["spec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"] == "nemo-rl-ksa"
+        accounts = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount")
+        assert accounts == ["nemo-rl", "nemo-rl-launcher"]  # the chart's own (the Ray pods', the launcher's): the script makes none
+    assert "valid: 1 file(s), 0 error(s), 0 warning(s)" in capsys.readouterr().err  # no placeholder left
 
 
-def test_a_reservation_path_gives_the_values_command_its_name(tmp_path, capsys):
+def test_a_reservation_path_gives_the_values_command_its_name_and_project(tmp_path, capsys):
     path = "projects/other-proj/reservations/res-a/reservationBlocks/blk-1"
     assert cli.main(["infra", "--gpu", "h200", *BASE, "--provisioning", "reservation", "--reservation", path]) == 0
     script = capsys.readouterr().out
-    assert f"RESERVATION={path}" in script or f"RESERVATION='{path}'" in script  # the node pool takes the path
+    assert f"--reservation={path}" in script or f"--reservation='{path}'" in script  # the node pool takes the path
     (line,) = [ln.strip() for ln in script.splitlines() if ln.strip().startswith("python -m generator --gpu")]
-    assert line.endswith("--provisioning reservation --reservation res-a")
+    assert line.endswith("--provisioning reservation --reservation res-a --reservation-project other-proj")
     assert cli.main([*line.split()[3:], "-o", str(tmp_path / "v.yaml")]) == 0  # the printed command works
+    groups = yaml.safe_load((tmp_path / "v.yaml").read_text())["workerGroups"]
+    assert (groups[0]["reservationName"], groups[0]["reservationProject"]) == ("res-a", "other-proj")
+    assert "reservationProject: other-proj" in script  # and the overlay says the same
 
 
 # --- the generator command itself --------------------------------------------------------------
@@ -648,7 +711,6 @@ def test_output_file_is_atomic_executable_and_not_overwritten_without_force(tmp_
     assert [p.name for p in tmp_path.iterdir()] == ["up.sh"]
 
 
-LONG_PROJECT = "p" + "x" * 28 + "q"  # 30 characters
 BAD_INPUTS = [
     (["--project", "My-Project"], "--project"),
     (["--project", "short"], "--project"),
@@ -674,23 +736,31 @@ BAD_INPUTS = [
     (["--lustre-capacity-gib", "1548000"], "--lustre-capacity-gib"),  # above 1530000 GiB the step is 72000
     (["--lustre-throughput", "500"], "--lustre-capacity-gib"),
     (["--namespace", "Team"], "--namespace"),
-    (["--ksa", "bad_name"], "--ksa"),
     (["--mode", "autopilot", "--preload-image-disk", "img"], "--preload-image-disk"),
     (["--preload-image-disk", "Bad/Image"], "--preload-image-disk"),
-    (["--bucket", "goog-data"], "--bucket"),
-    (["--bucket", "ab"], "--bucket"),
-    (["--project", LONG_PROJECT, "--cluster", "c" * 40], "--bucket"),
-    (["--bucket", "192.168.1.1"], "--bucket"),
     # "$" in a pattern matches before a final newline; each would have split the script's header
     (["--zone", "us-central1-b\n"], "--zone"),
     (["--project", "my-project\n"], "--project"),
     (["--cluster", "nemo-rl\n"], "--cluster"),
     (["--namespace", "ml\n"], "--namespace"),
-    (["--ksa", "ksa\n"], "--ksa"),
     (["--provisioning", "reservation", "--reservation", "res\n"], "--reservation"),
     (["--preload-image-disk", "img\n"], "--preload-image-disk"),
-    (["--bucket", "my-bucket\n"], "--bucket"),
     (["--network-prefix", "abc\n"], "--network-prefix"),
+    (["--network", "Team_Net"], "--network"),
+    (["--network", "net\n"], "--network"),
+    (["--groups", "a=1:spot", "--nodes", "2"], "--groups"),
+    (["--groups", "Train=1"], "--groups"),
+    (["--groups", "a=1,a=2"], "--groups"),
+    (["--groups", "a=1:reservation"], "--groups"),
+    (["--groups", "a=1:spot:res-a"], "--groups"),
+    (["--groups", "a=40,b=30"], "--groups"),
+    (["--groups", "a=x"], "--groups"),
+    (["--topology", "required"], "--topology"),
+    (["--kueue", "--kueue-queue", "Gpu"], "--kueue-queue"),
+    (["--gib-version", "latest"], "--gib-version"),
+    (["--rdma-installer-commit", "master"], "--rdma-installer-commit"),
+    (["--values-out", "../x.yaml"], "--values-out"),
+    (["--values-out", "values.json"], "--values-out"),
 ]
 
 
@@ -725,3 +795,184 @@ def test_required_options(capsys):
         cli.main(["infra", "--gpu", "h200", "--region", "us-central1", "--zone", "us-central1-b"])
     assert e.value.code == 2
     assert "--project" in capsys.readouterr().err
+
+
+# --- asking first --------------------------------------------------------------------------------
+
+
+def test_without_a_terminal_or_yes_it_refuses_before_any_call(scripts, cloud):
+    run = cloud.run(scripts["h200-standard"], yes=False)
+    assert run.rc == 1 and run.calls == []
+    assert "no terminal to ask on, and no --yes: nothing was created" in run.stderr
+
+
+def test_on_a_terminal_it_lists_what_it_creates_with_prices_and_asks_once(scripts, cloud):
+    refused = cloud.on_terminal(scripts["h200-standard"], "no\n")
+    assert refused.rc == 1 and refused.calls == [] and "aborted: nothing was created" in refused.stderr
+    shown = refused.stdout
+    assert shown.count("Type yes to go on") == 1
+    for item in (
+        "This creates, in project my-project, whatever of the following is missing",
+        "GKE Standard cluster nemo-rl in us-central1: USD 0.10 per hour (GKE's cluster management fee,"
+        " https://cloud.google.com/kubernetes-engine/pricing)",
+        "GPU node pool gpu-h200: 0 to 2 x a3-ultragpu-8g (8 x NVIDIA H200 141GB), Spot",
+        "price: https://cloud.google.com/spot-vms/pricing",
+        "Managed Lustre nemo-rl-lustre in us-central1-b: 9000 GiB at 1000 MB/s per TiB, billed per GiB until it is deleted",
+        "VPC default (MTU 8896, auto subnets) unless it exists",
+    ):
+        assert item in shown, item
+    accepted = cloud.on_terminal(scripts["h200-standard"], "yes\n")
+    assert accepted.rc == 0, accepted.stderr
+    assert accepted.mutations == expected_creates("h200", "standard")
+    assert accepted.stdout.count("Type yes to go on") == 1
+
+
+def test_dry_run_never_asks(scripts, cloud):
+    run = cloud.run(scripts["h200-standard"], "--dry-run", yes=False)
+    assert run.rc == 0 and run.calls == [] and "Type yes" not in run.stdout
+
+
+# --- the cluster's VPC, and deleting only what the script made ------------------------------------
+
+
+def test_a_missing_vpc_is_created_with_lustres_mtu_and_the_teardown_deletes_only_that_one(scripts, cloud):
+    up = cloud.run(scripts["team-network"])
+    assert up.rc == 0, up.stderr
+    net = up.call("gcloud compute networks create team-net")
+    assert (net["mtu"], net["subnet-mode"], net["description"]) == ("8896", "auto", "nemo-rl-gke infra: cluster nemo-rl")
+    assert up.mutations.index("gcloud compute networks create team-net") < up.mutations.index("gcloud container clusters create nemo-rl")
+    assert up.call("gcloud container clusters create nemo-rl")["network"] == "team-net"
+    assert up.call("gcloud lustre instances create nemo-rl-lustre")["network"] == "projects/my-project/global/networks/team-net"
+    assert up.call("gcloud compute addresses create nemo-rl-lustre-psa")["network"] == "team-net"
+    assert up.call("gcloud services vpc-peerings connect")["network"] == "team-net"
+    down = cloud.run(scripts["team-network-teardown"])
+    assert down.rc == 0, down.stderr
+    assert down.mutations[-1] == "gcloud compute networks delete team-net"
+    assert cloud.resources() == {"compute/networks/default"} | {r for r in cloud.resources() if r.startswith("api/")}
+
+
+def test_an_existing_vpc_without_a_subnet_in_the_region_stops_before_the_cluster(scripts, cloud):
+    cloud.seed({"compute/networks/team-net": {"subnet-mode": "custom", "mtu": "8896"}})
+    run = cloud.run(scripts["team-network"])
+    assert run.rc == 1
+    assert "VPC team-net has no subnet in us-central1: add one, or choose another --network" in run.stderr
+    assert run.mutations == [expected_creates("h200", "standard")[0]]  # the APIs only
+
+
+def test_the_teardown_keeps_what_the_script_did_not_create(scripts, cloud):
+    cloud.seed(
+        {
+            "container/clusters/nemo-rl": {"location": "us-central1"},  # no label: somebody else's cluster
+            "compute/networks/nemo-rl-gvnic-net": {"subnet-mode": "custom"},  # no mark
+            "compute/addresses/nemo-rl-lustre-psa": {"network": "default"},
+            "peering/default": {"network": "default", "ranges": ["nemo-rl-lustre-psa"]},
+        }
+    )
+    before = cloud.resources()
+    down = cloud.run(scripts["h200-standard-teardown"])
+    assert down.rc == 0, down.stderr
+    assert down.mutations == [] and cloud.resources() == before
+    for kept in (
+        "! kept cluster nemo-rl",
+        "! kept VPC nemo-rl-gvnic-net",
+        "! kept range nemo-rl-lustre-psa and its peering",
+        "! kept VPC default",
+    ):
+        assert kept in down.stdout, kept
+
+
+# --- the NCCL RDMA installer, pinned ---------------------------------------------------------------
+
+
+def test_the_installer_is_applied_from_a_pinned_commit_and_its_gib_can_be_chosen(scripts, cloud):
+    moving = ("container-engine-accelerators/refs/", "container-engine-accelerators/master/")
+    assert not any(m in s.read_text() for s in scripts.values() for m in moving)
+    run = cloud.run(scripts["other-gib"])
+    assert run.rc == 0, run.stderr
+    applied = next(c for c in run.calls if signature(c) == "kubectl apply")
+    assert "/container-engine-accelerators/155bfa49b7459a55c2352495d3eeb46a55637be6/gpudirect-rdma/" in flags(applied)["-f"]
+    image = "nccl-rdma-installer=us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.2.0"
+    assert f"kubectl set image daemonset/nccl-rdma-installer {image}" in run.mutations
+    assert "gIB v1.1.1" in scripts["h200-standard"].read_text()  # the default commit's, named
+
+
+# --- quotas ----------------------------------------------------------------------------------------
+
+
+def test_too_little_gpu_quota_stops_before_anything_is_created(scripts, cloud):
+    run = cloud.run(scripts["h200-standard"], env={"FAKE_GPU_QUOTA": "24 16"})
+    assert run.rc == 1
+    assert "quota PREEMPTIBLE_NVIDIA_H200_GPUS in us-central1 has 8 GPUs left (16 of 24 used), the GPU pools need up to 16" in run.stderr
+    assert run.mutations == [expected_creates("h200", "standard")[0]]  # the APIs, which the quota read needs
+    unknown = cloud.run(scripts["h200-standard"], env={"FAKE_GPU_QUOTA": "none"})
+    assert unknown.rc == 0 and "us-central1 shows no quota PREEMPTIBLE_NVIDIA_H200_GPUS: not checked" in unknown.stdout
+
+
+def test_quota_metrics_follow_the_provisioning(scripts):
+    assert "need_gpus NVIDIA_H200_GPUS 16" in scripts["h200-standard-on-demand"].read_text()
+    assert "need_gpus PREEMPTIBLE_NVIDIA_B200_GPUS 32" in scripts["b200-standard-flex-start"].read_text()
+    assert "need_gpus" not in scripts["h200-standard-reservation"].read_text()  # the reservation holds its GPUs
+    assert "need_gpus PREEMPTIBLE_NVIDIA_H200_GPUS 8\nneed_gpus NVIDIA_H200_GPUS 8" in scripts["flex-start-groups"].read_text()
+
+
+# --- the scale-out example: worker groups, Kueue, topology-aware placement ------------------------
+
+
+def _kueue_objects(run: Run) -> list[dict[str, Any]]:
+    (applied,) = [c for c in run.calls if signature(c) == "kubectl apply" and flags(c)["-f"] == "-"]
+    return list(yaml.safe_load_all(applied["stdin"]))
+
+
+def test_the_scale_out_example_comes_up_with_its_pools_kueue_and_topology(scripts, cloud, helms, capsys):
+    run = cloud.run(scripts["h200-standard-scale-out"])
+    assert run.rc == 0, run.stderr
+    train = run.call("gcloud container node-pools create gpu-h200-train")
+    assert (train["num-nodes"], train["reservation"], train["reservation-affinity"]) == ("4", "rl-reservation", "specific")
+    generate = run.call("gcloud container node-pools create gpu-h200-generate")
+    assert "spot" in generate and generate["total-max-nodes"] == "4"
+    kueue_install = next(c for c in run.calls if signature(c) == "kubectl apply" and "kueue" in flags(c)["-f"])
+    assert flags(kueue_install)["-f"].endswith("/kueue/releases/download/v0.16.5/manifests.yaml") and "server-side" in flags(kueue_install)
+    objs = _kueue_objects(run)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for o in objs:
+        by_kind.setdefault(o["kind"], []).append(o)
+    (topology,) = by_kind["Topology"]
+    assert [lv["nodeLabel"] for lv in topology["spec"]["levels"]] == [
+        "cloud.google.com/gce-topology-block",
+        "cloud.google.com/gce-topology-subblock",
+        "cloud.google.com/gce-topology-host",
+        "kubernetes.io/hostname",
+    ]
+    flavors = {f["metadata"]["name"]: f["spec"] for f in by_kind["ResourceFlavor"]}
+    assert flavors["cpu"] == {}
+    gpu_flavors = {k: v for k, v in flavors.items() if k != "cpu"}
+    assert all(f["topologyName"] == "gke-default" for f in gpu_flavors.values())
+    (cq,) = by_kind["ClusterQueue"]
+    (lq,) = by_kind["LocalQueue"]
+    assert (lq["metadata"]["name"], lq["metadata"]["namespace"]) == ("gpu-queue", "nemo-rl")
+    assert lq["spec"]["clusterQueue"] == cq["metadata"]["name"]
+    quota = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in cq["spec"]["resourceGroups"][0]["flavors"]}
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["name"] == "cpu"
+    assert quota["cpu"]["nvidia.com/gpu"] == "0"  # the head's flavor: GPU workers never get it
+
+    for rendered in _follow_printed_steps(run, cloud.root, helms):
+        rc = next(o for o in rendered if o["kind"] == "RayCluster")
+        assert rc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+        for g in rc["spec"]["workerGroupSpecs"]:
+            tpl = g["template"]
+            assert tpl["metadata"]["annotations"]["kueue.x-k8s.io/podset-preferred-topology"] == "cloud.google.com/gce-topology-block"
+            # exactly one GPU flavor fits each group's own node selector, with quota for all of its GPUs
+            fits = [n for n, f in gpu_flavors.items() if f["nodeLabels"].items() <= tpl["spec"]["nodeSelector"].items()]
+            assert len(fits) == 1, (g["groupName"], fits)
+            assert int(quota[fits[0]]["nvidia.com/gpu"]) >= g["replicas"] * 8
+    assert "valid: 1 file(s), 0 error(s), 0 warning(s)" in capsys.readouterr().err
+    # the committed example has the same groups and queue, so it installs with this overlay too
+    example = yaml.safe_load((ROOT / "examples" / "scale-out-h200.yaml").read_text())
+    overlay = yaml.safe_load((cloud.root / "values-infra.yaml").read_text())
+    assert overlay["workerGroups"] == example["workerGroups"]
+    assert overlay["kueue"]["queueName"] == example["kueue"]["queueName"]
+    assert cli.main(["validate", str(ROOT / "examples" / "scale-out-h200.yaml"), "-f", str(cloud.root / "values-infra.yaml")]) == 0
+
+    down = cloud.run(scripts["h200-standard-scale-out-teardown"])
+    assert down.rc == 0, down.stderr
+    assert "Kueue and its queues" in scripts["h200-standard-scale-out-teardown"].read_text()

@@ -9,7 +9,12 @@ while subnets use it) fail like the real tools. Every call is appended to $FAKE_
 holding a Python literal: {"tool", "argv", "mutating", "rc"}. With FAKE_FAIL_AT=k the k-th
 mutating call logged to the current $FAKE_LOG fails (exit 1).
 
-The script under test passes flags as --name=value; -f and -n take the next word (kubectl).
+The script under test passes flags as --name=value; -f, -n and -o take the next word (kubectl).
+`describe --format=value(description)`, `value(mtu)` and `value(resourceLabels.K)` /
+`value(labels.K)` answer from the flags the resource was created with (the teardown's ownership
+check). `compute regions describe --filter=quotas.metric=M` answers the GPU quota from
+$FAKE_GPU_QUOTA ("LIMIT USAGE"; "none": the metric is not shown; unset: 512 free). `kubectl apply
+-f -` reads the manifests from stdin, logged as "stdin", and records each object by kind and name.
 Only built-in modules are imported (the state file is `marshal`ed): a run of the bring-up
 script makes ~50 calls, and each one starts a Python interpreter.
 """
@@ -22,6 +27,8 @@ import sys
 
 MUTATING = {"create", "create-auto", "delete", "enable", "connect", "update", "add-iam-policy-binding", "rm", "apply"}
 VERBS = MUTATING | {"describe", "list", "get", "get-credentials", "get-server-config", "get-iam-policy"}
+KUBECTL_MUTATING = {"create", "apply", "delete", "label", "set"}
+DEFAULT_NETWORK = {"subnet-mode": "auto", "mtu": "1460"}  # a project's default VPC (made by Google, no mark)
 PROJECT_NUMBER = "123456789012"
 LUSTRE_MOUNT_POINT = "10.90.0.5@tcp:/lfs"
 RANGE_CIDR = "10.90.0.0/20"
@@ -37,7 +44,7 @@ def parse(args: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
     flags: list[tuple[str, str]] = []
     it = iter(args)
     for a in it:
-        if a in ("-f", "-n"):
+        if a in ("-f", "-n", "-o"):
             flags.append((a, next(it)))
         elif a.startswith("--"):
             key, _, value = a[2:].partition("=")
@@ -56,7 +63,7 @@ def flag(flags: list[tuple[str, str]], key: str) -> str:
 
 class Cloud:
     def __init__(self, state: dict) -> None:
-        self.res: dict[str, dict] = state.setdefault("resources", {"compute/networks/default": {}})
+        self.res: dict[str, dict] = state.setdefault("resources", {"compute/networks/default": dict(DEFAULT_NETWORK)})
         self.state = state
 
     def need(self, key: str, what: str) -> None:
@@ -77,6 +84,10 @@ class Cloud:
             return self.peering(verb, flags)
         if kind == "projects" and verb == "describe":
             return PROJECT_NUMBER + "\n"
+        if kind == "compute/regions" and verb == "describe":
+            return self.quota()
+        if kind == "compute/networks/subnets" and verb == "list":
+            return self.subnets(flag(flags, "network"), flag(flags, "regions"))
         if kind == "container" and verb == "get-server-config":
             return os.environ.get("FAKE_GKE_VERSION", "1.33.5-gke.1080000") + "\n"
         if kind == "container/clusters" and verb == "get-credentials":
@@ -118,7 +129,32 @@ class Cloud:
             return ""
         raise Fail(f"fake gcloud: unsupported command {' '.join(words)}")
 
+    def quota(self) -> str:
+        given = os.environ.get("FAKE_GPU_QUOTA", "512 0")
+        if given == "none":
+            return ""
+        limit, usage = given.split()
+        return f"{limit}.0\t{usage}.0\n"
+
+    def subnets(self, network: str, region: str) -> str:
+        if self.res.get(f"compute/networks/{network}", {}).get("subnet-mode") == "auto":
+            return f"{network}\n"  # an auto-mode VPC has a subnet in every region
+        names = [k.rsplit("/", 1)[1] for k, v in self.res.items() if k.startswith("compute/networks/subnets/")]
+        return "".join(
+            f"{n}\n"
+            for n in names
+            if self.res[f"compute/networks/subnets/{n}"].get("network") == network
+            and self.res[f"compute/networks/subnets/{n}"].get("region") == region
+        )
+
     def describe(self, kind: str, name: str, fmt: str) -> str:
+        stored = self.res[f"{kind}/{name}"]
+        if fmt in ("value(description)", "value(mtu)"):
+            return stored.get(fmt[6:-1], "") + "\n"
+        if fmt.startswith(("value(resourceLabels.", "value(labels.")):
+            want = fmt.split(".", 1)[1][:-1]
+            labels = dict(kv.split("=", 1) for kv in stored.get("labels", "").split(",") if kv)
+            return labels.get(want, "") + "\n"
         if kind == "lustre/instances":
             return LUSTRE_MOUNT_POINT + "\n" if fmt == "value(mountPoint)" else f"mountPoint: {LUSTRE_MOUNT_POINT}\nstate: ACTIVE\n"
         if kind == "compute/addresses" and fmt.startswith("value[separator=/]"):
@@ -195,24 +231,38 @@ class Cloud:
         return ""
 
     # --- kubectl --------------------------------------------------------------------------
-    def kubectl(self, words: list[str], flags: list[tuple[str, str]]) -> str:
+    def kubectl(self, words: list[str], flags: list[tuple[str, str]], stdin: str = "") -> str:
         cluster = self.state.get("kubeconfig")
         if not cluster or f"container/clusters/{cluster}" not in self.res:
             raise Fail("The connection to the server localhost:8080 was refused - did you specify the right host or port?")
         ns = flag(flags, "namespace") or flag(flags, "-n") or "default"
         verb = words[0]
         if verb == "apply":
-            url = flag(flags, "-f")
-            installer_ns = INSTALLER_NAMESPACE["autopilot" in url]
-            self.res[f"k8s/namespace/{installer_ns}"] = {}
-            self.res[f"k8s/{installer_ns}/daemonset/nccl-rdma-installer"] = {"url": url}
+            return self.apply(flag(flags, "-f"), stdin)
+        if verb == "wait":
+            self.need_k8s(words[1], ns)
+            return ""
+        if verb == "set":  # set image daemonset/NAME CONTAINER=IMAGE
+            kind, name = words[2].split("/", 1)
+            key = f"k8s/{ns}/{kind}/{name}"
+            self.need(key, kind)
+            self.res[key]["image"] = words[3].split("=", 1)[1]
             return ""
         kind, name = words[1], words[2]
-        key = f"k8s/namespace/{name}" if kind == "namespace" else f"k8s/{ns}/{kind}/{name}"
+        key = self.key(kind, name, ns)
         exists = key in self.res or key in ("k8s/namespace/default", "k8s/namespace/kube-system")
+        if verb == "label":
+            if not exists:
+                raise Fail(f'Error from server (NotFound): {kind}s "{name}" not found')
+            self.res.setdefault(key, {}).setdefault("labels", {}).update(dict(w.split("=", 1) for w in words[3:]))
+            return ""
         if verb == "get":
             if not exists:
                 raise Fail(f'Error from server (NotFound): {kind}s "{name}" not found')
+            out = flag(flags, "-o")
+            if out.startswith("jsonpath={.metadata.labels."):
+                label = out[len("jsonpath={.metadata.labels.") : -1].replace("\\.", ".")
+                return self.res.get(key, {}).get("labels", {}).get(label, "")
             return f"{name}\n"
         if verb == "create":
             if exists:
@@ -223,13 +273,47 @@ class Cloud:
             return ""
         raise Fail(f"fake kubectl: unsupported command {' '.join(words)}")
 
+    @staticmethod
+    def key(kind: str, name: str, ns: str) -> str:
+        if kind in ("namespace", "clusterqueue", "resourceflavor", "topology"):
+            return f"k8s/{kind}/{name}"
+        return f"k8s/{ns}/{kind}/{name}"
+
+    def need_k8s(self, ref: str, ns: str) -> None:
+        kind, name = ref.split("/", 1)
+        self.need(self.key(kind, name, ns), kind)
+
+    def apply(self, source: str, stdin: str) -> str:
+        if source == "-":
+            import re  # only here: most calls need no more than the built-in modules
+
+            for doc in stdin.split("\n---\n"):
+                kind = re.search(r"^kind: (\S+)$", doc, re.M)
+                name = re.search(r"^  name: (\S+)$", doc, re.M)
+                ns = re.search(r"^  namespace: (\S+)$", doc, re.M)
+                if not kind or not name:
+                    raise Fail("error: error validating data: kind or metadata.name not set")
+                self.res[self.key(kind.group(1).lower(), name.group(1), ns.group(1) if ns else "default")] = {"manifest": doc}
+            return ""
+        if "/kueue/releases/" in source:
+            self.res["k8s/namespace/kueue-system"] = {}
+            self.res["k8s/kueue-system/deployment/kueue-controller-manager"] = {"url": source}
+            return ""
+        installer_ns = INSTALLER_NAMESPACE["autopilot" in source]
+        self.res[f"k8s/namespace/{installer_ns}"] = {}
+        self.res[f"k8s/{installer_ns}/daemonset/nccl-rdma-installer"] = {"url": source}
+        return ""
+
 
 def main(argv: list[str]) -> int:
     tool, args = argv[0], argv[1:]
     state_path, log_path = os.environ["FAKE_STATE"], os.environ["FAKE_LOG"]
     words, flags = parse(args)
-    mutating = bool(set(words) & MUTATING) if tool == "gcloud" else bool(words) and words[0] in ("create", "apply", "delete")
+    mutating = bool(set(words) & MUTATING) if tool == "gcloud" else bool(words) and words[0] in KUBECTL_MUTATING
     entry = {"tool": tool, "argv": args, "mutating": mutating, "rc": 0}
+    stdin = sys.stdin.read() if tool == "kubectl" and ("-f", "-") in flags else ""
+    if stdin:
+        entry["stdin"] = stdin
     try:
         with open(state_path, "rb") as f:
             state = marshal.load(f)  # noqa: S302 - this fake's own state file
@@ -244,7 +328,7 @@ def main(argv: list[str]) -> int:
         entry["rc"], err = 1, f"ERROR: ({tool}) injected failure at mutating call {fail_at}\n"
     else:
         try:
-            out = Cloud(state).gcloud(words, flags) if tool == "gcloud" else Cloud(state).kubectl(words, flags)
+            out = Cloud(state).gcloud(words, flags) if tool == "gcloud" else Cloud(state).kubectl(words, flags, stdin)
         except Fail as e:
             entry["rc"], err = 1, f"{e}\n"
     with open(state_path, "wb") as f:

@@ -3,6 +3,7 @@
 # Written by: python -m generator infra --gpu b200 --project my-project --region us-central1 --zone us-central1-b --mode autopilot
 # Regenerate instead of editing; names match the values file written with the same options.
 # Safe to run again: every step checks what exists before it creates anything.
+# Lists what it creates and asks first on a terminal; --yes skips the question; without either it refuses.
 # Run: bash THIS_FILE [--dry-run | --execute]; --dry-run prints the commands.
 set -euo pipefail
 
@@ -12,8 +13,11 @@ REGION='us-central1'
 ZONE='us-central1-b'
 CLUSTER='nemo-rl'
 CLUSTER_VPC='default'
-MIN_GKE_VERSION='1.32.4-gke.1236000'
-ACCELERATOR='nvidia-b200'
+LUSTRE_MTU='8896'
+OWNER_MARK='nemo-rl-gke infra: cluster nemo-rl'
+OWNER_LABEL='nemo-rl-gke-infra=nemo-rl'
+MIN_GKE_VERSION='1.33.2-gke.4655000'
+MIN_GKE_FOR='Lustre on port 988 without the deprecated legacy port'
 GVNIC_VPC='nemo-rl-gvnic-net'
 GVNIC_SUBNET='nemo-rl-gvnic-sub'
 GVNIC_RANGE='192.168.0.0/24'
@@ -39,37 +43,36 @@ RDMA_RANGES=(
   '192.168.7.0/24'
   '192.168.8.0/24'
 )
-RDMA_INSTALLER_URL='https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/refs/heads/master/gpudirect-rdma/nccl-rdma-installer-autopilot.yaml'
+RDMA_INSTALLER_URL='https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae/gpudirect-rdma/nccl-rdma-installer-autopilot.yaml'
 RDMA_INSTALLER_NAMESPACE='rdma-system'
-BUCKET='my-project-nemo-rl'
-BUCKET_ROLE='roles/storage.objectUser'
-NAMESPACE='default'
-KSA='nemo-rl-ksa'
+NAMESPACE='nemo-rl'
 LUSTRE_INSTANCE='nemo-rl-lustre'
 LUSTRE_FS='lfs'
 LUSTRE_CAPACITY_GIB='9000'
 LUSTRE_THROUGHPUT='1000'
 LUSTRE_RANGE='nemo-rl-lustre-psa'
 LUSTRE_FIREWALL='nemo-rl-lustre'
+VALUES_OUT='values-infra.yaml'
 APIS=(
   'compute.googleapis.com'
   'container.googleapis.com'
-  'storage.googleapis.com'
   'servicenetworking.googleapis.com'
   'lustre.googleapis.com'
 )
 
 DRY_RUN=0
 DRY_RUN_ASSUMES=missing
+ASSUME_YES=0
 STEPS=12
 CURRENT_STEP=''
 
 # --- helpers ---
 usage() {
   cat <<'EOF'
-Usage: bash SCRIPT [--dry-run | --execute]
+Usage: bash SCRIPT [--dry-run | --execute] [--yes]
   --dry-run   print the commands instead of running them
   --execute   run the commands
+  --yes       create without asking (needed without a terminal)
   GKE_VERSION=V bash SCRIPT  creates the cluster at version V (default: the region's default)
 Default: --execute.
 EOF
@@ -134,7 +137,7 @@ require_min_version() {  # require_min_version VERSION MINIMUM
   [ -n "$1" ] || die "could not read the default GKE version of $REGION; set GKE_VERSION"
   local lowest
   lowest="$(printf '%s\n%s\n' "$1" "$2" | sort -V)"
-  [ "${lowest%%$'\n'*}" = "$2" ] || die "GKE $1 is older than $2, the minimum for $ACCELERATOR; set GKE_VERSION to a newer version"
+  [ "${lowest%%$'\n'*}" = "$2" ] || die "GKE $1 is older than $2, the minimum for $MIN_GKE_FOR; set GKE_VERSION to a newer version"
 }
 
 step() {  # step N TITLE
@@ -154,6 +157,7 @@ while [ "$#" -gt 0 ]; do
   case "$1" in
     --dry-run) DRY_RUN=1 ;;
     --execute) DRY_RUN=0 ;;
+    --yes) ASSUME_YES=1 ;;
     -h | --help)
       usage
       exit 0
@@ -171,6 +175,33 @@ if [ "$DRY_RUN" = 0 ]; then
   command -v kubectl >/dev/null 2>&1 || die "kubectl is not on PATH (gcloud components install kubectl)"
 fi
 
+if [ "$DRY_RUN" = 0 ] && [ "$ASSUME_YES" = 0 ]; then
+  if [ ! -t 0 ]; then
+    die 'no terminal to ask on, and no --yes: nothing was created.' \
+      'See what this script creates with --dry-run, then run it with --yes'
+  fi
+  cat <<EOF
+This creates, in project $PROJECT, whatever of the following is missing (each step checks first):
+  - the Compute Engine, GKE, Service Networking and Managed Lustre APIs
+  - VPC $CLUSTER_VPC (MTU $LUSTRE_MTU, auto subnets) unless it exists; VPC $GVNIC_VPC with one subnet and a firewall rule; VPC $RDMA_VPC (RoCE) with ${#RDMA_SUBNETS[@]} subnets: no charge of their own
+  - GKE Autopilot cluster $CLUSTER in $REGION: USD 0.10 per hour (GKE's cluster management fee, https://cloud.google.com/kubernetes-engine/pricing)
+  - GPU nodes: none created here; Autopilot adds a4-highgpu-8g nodes for the worker pods, billed while they run; price: https://cloud.google.com/compute/vm-instance-pricing
+  - NCCL RDMA installer (gIB v1.1.1) and namespace $NAMESPACE (Pod Security enforce=privileged)
+  - private services access range $LUSTRE_RANGE on $CLUSTER_VPC and a firewall rule for Lustre (port 988)
+  - Managed Lustre $LUSTRE_INSTANCE in $ZONE: $LUSTRE_CAPACITY_GIB GiB at $LUSTRE_THROUGHPUT MB/s per TiB, billed per GiB until it is deleted; price: https://cloud.google.com/products/calculator
+EOF
+  printf 'Create what is missing? Type yes to go on: '
+  answer=''
+  read -r answer || true
+  case "$answer" in
+    y | yes) ;;
+    *)
+      echo 'aborted: nothing was created' >&2
+      exit 1
+      ;;
+  esac
+fi
+
 # --- steps ---
 step 1 'Enable the Google Cloud APIs'
 enabled=''
@@ -185,40 +216,82 @@ else
   echo "    = all ${#APIS[@]} APIs are enabled"
 fi
 
-step 2 'gVNIC VPC, subnet and firewall (eth1)'
+step 2 'GPU quota'
+# GPUs each quota metric needs: PREEMPTIBLE_NVIDIA_B200_GPUS: 16
+need_gpus() {  # need_gpus METRIC COUNT: stop unless the region's quota has COUNT GPUs left
+  local line limit usage
+  query line "$2 0" gcloud compute regions describe "$REGION" --project="$PROJECT" --flatten=quotas \
+    --filter="quotas.metric=$1" --format='value(quotas.limit,quotas.usage)'
+  if [ -z "$line" ]; then
+    echo "    ! $REGION shows no quota $1: not checked"
+    return 0
+  fi
+  read -r limit usage <<<"$line"
+  limit="${limit%.*}"
+  usage="${usage%.*}"
+  if [ $((limit - usage)) -lt "$2" ]; then
+    die "quota $1 in $REGION has $((limit - usage)) GPUs left ($usage of $limit used), the GPU pools need up to $2:" \
+      "request more (IAM & Admin > Quotas), then run this script again"
+  fi
+  echo "    = quota $1: $((limit - usage)) of $limit GPUs left, up to $2 needed"
+}
+need_gpus PREEMPTIBLE_NVIDIA_B200_GPUS 16
+
+step 3 'Cluster VPC (eth0, Managed Lustre)'
+# The cluster's VPC (eth0 of every node) and Managed Lustre's. Created when missing, with the MTU
+# Managed Lustre's documentation recommends (8896, about 10% more throughput) and auto-mode subnets.
+if ! exists gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT"; then
+  run gcloud compute networks create "$CLUSTER_VPC" --project="$PROJECT" --subnet-mode=auto --mtu="$LUSTRE_MTU" \
+    --description="$OWNER_MARK"
+else
+  mtu=''
+  query mtu "$LUSTRE_MTU" gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT" --format='value(mtu)'
+  if [ "${mtu:-1460}" != "$LUSTRE_MTU" ]; then
+    echo "    ! $CLUSTER_VPC has MTU ${mtu:-1460}; Managed Lustre recommends $LUSTRE_MTU (kept: changing it affects every VM on it)"
+  fi
+  subnets=''
+  query subnets "$CLUSTER_VPC" gcloud compute networks subnets list --project="$PROJECT" --network="$CLUSTER_VPC" \
+    --regions="$REGION" --format='value(name)'
+  [ -n "$subnets" ] || die "VPC $CLUSTER_VPC has no subnet in $REGION: add one, or choose another --network"
+fi
+
+step 4 'gVNIC VPC, subnet and firewall (eth1)'
 if ! exists gcloud compute networks describe "$GVNIC_VPC" --project="$PROJECT"; then
-  run gcloud compute networks create "$GVNIC_VPC" --project="$PROJECT" --subnet-mode=custom
+  run gcloud compute networks create "$GVNIC_VPC" --project="$PROJECT" --subnet-mode=custom --description="$OWNER_MARK"
 fi
 if ! exists gcloud compute networks subnets describe "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION"; then
   run gcloud compute networks subnets create "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION" \
-    --network="$GVNIC_VPC" --range="$GVNIC_RANGE"
+    --network="$GVNIC_VPC" --range="$GVNIC_RANGE" --description="$OWNER_MARK"
 fi
 if ! exists gcloud compute firewall-rules describe "$GVNIC_FIREWALL" --project="$PROJECT"; then
   run gcloud compute firewall-rules create "$GVNIC_FIREWALL" --project="$PROJECT" --network="$GVNIC_VPC" \
-    --action=ALLOW --rules=tcp:0-65535,udp:0-65535,icmp --source-ranges=192.168.0.0/16
+    --action=ALLOW --rules=tcp:0-65535,udp:0-65535,icmp --source-ranges=192.168.0.0/16 --description="$OWNER_MARK"
 fi
 
-step 3 'RoCE VPC and its RDMA subnets (eth2..eth9)'
+step 5 'RoCE VPC and its RDMA subnets (eth2..eth9)'
 # The RoCE network profile is zonal: every RDMA NIC must be in $ZONE.
 if ! exists gcloud compute networks describe "$RDMA_VPC" --project="$PROJECT"; then
   run gcloud compute networks create "$RDMA_VPC" --project="$PROJECT" --subnet-mode=custom \
-    --network-profile="$ZONE-vpc-roce"
+    --network-profile="$ZONE-vpc-roce" --description="$OWNER_MARK"
 fi
 for i in "${!RDMA_SUBNETS[@]}"; do
   if ! exists gcloud compute networks subnets describe "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION"; then
     run gcloud compute networks subnets create "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION" \
-      --network="$RDMA_VPC" --range="${RDMA_RANGES[$i]}"
+      --network="$RDMA_VPC" --range="${RDMA_RANGES[$i]}" --description="$OWNER_MARK"
   fi
 done
 
-step 4 'GKE Autopilot cluster (multi-networking, Ray operator, Lustre CSI driver)'
-# Legacy-port rule: GKE reaches a Managed Lustre instance created with --gke-support-enabled (the
-# Lustre step below creates one) only when the cluster's Lustre CSI driver runs with
-# --enable-legacy-lustre-port (LNet on port 6988; port 988 clashes with the gke-metadata-server).
+step 6 'GKE Autopilot cluster (multi-networking, Ray operator, Lustre CSI driver)'
+# Lustre on its own port 988: from GKE 1.33.2-gke.4655000 the Lustre CSI driver needs neither the
+# instance's --gke-support-enabled nor the cluster's --enable-legacy-lustre-port, which GKE marks
+# deprecated; the version floor below keeps the cluster at or past that version.
 # Autopilot has Workload Identity and Dataplane V2 built in.
 if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
-  # The region's default GKE version, unless GKE_VERSION is set; it must not be older than
-  # the accelerator's minimum.
+  # The region's default GKE version, unless GKE_VERSION is set; it must not be older than the
+  # highest floor of what this cluster uses:
+  #   1.32.4-gke.1236000  a4-highgpu-8g with GPUDirect RDMA (generator/gke/profiles.py)
+  #   1.33.2-gke.1111000  the Managed Lustre CSI driver (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/managed-lustre)
+  #   1.33.2-gke.4655000  Lustre on port 988 without the deprecated legacy port (https://docs.cloud.google.com/python/docs/reference/container/latest/google.cloud.container_v1.types.LustreCsiDriverConfig)
   cluster_version="${GKE_VERSION:-}"
   if [ -z "$cluster_version" ]; then
     query cluster_version DEFAULT_GKE_VERSION gcloud container get-server-config --project="$PROJECT" \
@@ -233,16 +306,18 @@ if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" -
     --enable-multi-networking \
     --enable-ray-operator \
     --enable-lustre-csi-driver \
-    --enable-legacy-lustre-port
+    --labels="$OWNER_LABEL"
 fi
 # No node pool in Autopilot: GKE adds GPU nodes for the pods that ask for them (the accelerator
 # node selectors in the values file).
 
-step 5 'Cluster credentials for kubectl'
+step 7 'Cluster credentials for kubectl'
 run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --location="$REGION"
 
-step 6 'NCCL RDMA installer'
-# Google's NCCL RDMA installer DaemonSet (gIB plugin into /home/kubernetes/bin/gib on GPU nodes).
+step 8 'NCCL RDMA installer'
+# Google's NCCL RDMA installer DaemonSet (gIB into /home/kubernetes/bin/gib on GPU nodes), from
+# GoogleCloudPlatform/container-engine-accelerators at a pinned commit (--rdma-installer-commit),
+# never from a moving branch: at the default commit it runs gIB v1.1.1.
 if ! exists kubectl get daemonset nccl-rdma-installer --namespace="$RDMA_INSTALLER_NAMESPACE"; then
   run kubectl apply -f "$RDMA_INSTALLER_URL"
 fi
@@ -250,47 +325,34 @@ fi
 # the Helm chart renders them from network.* in the values file (network.createObjects), which
 # holds the same VPC and subnet names as this script. One owner keeps them from drifting.
 
-step 7 'Cloud Storage bucket'
-if ! exists gcloud storage buckets describe "gs://$BUCKET" --project="$PROJECT"; then
-  run gcloud storage buckets create "gs://$BUCKET" --project="$PROJECT" --location="$REGION" \
-    --uniform-bucket-level-access --enable-hierarchical-namespace
-fi
-
-step 8 'Kubernetes service account'
+step 9 'Namespace and its Pod Security level'
+# The release's namespace, at the Pod Security level the chart needs: the GPU workers mount the
+# NVIDIA driver and gIB from the node (hostPath), which the baseline level forbids, so enforce
+# privileged; warn and audit at baseline report just those two volumes.
 if ! exists kubectl get namespace "$NAMESPACE"; then
   run kubectl create namespace "$NAMESPACE"
 fi
-if ! exists kubectl get serviceaccount "$KSA" --namespace="$NAMESPACE"; then
-  run kubectl create serviceaccount "$KSA" --namespace="$NAMESPACE"
-fi
-
-step 9 'Workload Identity: bucket access for the service account'
-# Workload Identity Federation: the Kubernetes service account itself is the IAM principal.
-project_number=''
-query project_number PROJECT_NUMBER gcloud projects describe "$PROJECT" --format='value(projectNumber)'
-member="principal://iam.googleapis.com/projects/$project_number/locations/global/workloadIdentityPools/$PROJECT.svc.id.goog/subject/ns/$NAMESPACE/sa/$KSA"
-bindings=''
-query bindings '' gcloud storage buckets get-iam-policy "gs://$BUCKET" --project="$PROJECT" \
-  --flatten='bindings[].members' --format='csv[no-heading](bindings.role,bindings.members)'
-if has_line "$bindings" "$BUCKET_ROLE,$member"; then
-  echo "    = $member has $BUCKET_ROLE on gs://$BUCKET"
+level=''
+query level '' kubectl get namespace "$NAMESPACE" -o jsonpath='{.metadata.labels.pod-security\.kubernetes\.io/enforce}'
+if [ "$level" != privileged ]; then
+  run kubectl label namespace "$NAMESPACE" --overwrite pod-security.kubernetes.io/enforce=privileged \
+    pod-security.kubernetes.io/warn=baseline pod-security.kubernetes.io/audit=baseline
 else
-  run gcloud storage buckets add-iam-policy-binding "gs://$BUCKET" --project="$PROJECT" \
-    --member="$member" --role="$BUCKET_ROLE"
+  echo "    = $NAMESPACE enforces the privileged Pod Security level"
 fi
 
 step 10 'Managed Lustre: private services access'
 # Private services access on the cluster's VPC: Managed Lustre takes its addresses from this range.
 if ! exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
   run gcloud compute addresses create "$LUSTRE_RANGE" --global --project="$PROJECT" --purpose=VPC_PEERING \
-    --prefix-length=20 --network="$CLUSTER_VPC" --description='Managed Lustre private services access'
+    --prefix-length=20 --network="$CLUSTER_VPC" --description="$OWNER_MARK"
 fi
 if ! exists gcloud compute firewall-rules describe "$LUSTRE_FIREWALL" --project="$PROJECT"; then
   cidr=''
   query cidr RANGE_CIDR gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT" \
     --format='value[separator=/](address,prefixLength)'
   run gcloud compute firewall-rules create "$LUSTRE_FIREWALL" --project="$PROJECT" --network="$CLUSTER_VPC" \
-    --allow=tcp:988,tcp:6988 --source-ranges="$cidr"
+    --allow=tcp:988 --source-ranges="$cidr" --description="$OWNER_MARK"
 fi
 ranges=''
 query ranges '' gcloud services vpc-peerings list --project="$PROJECT" --network="$CLUSTER_VPC" \
@@ -307,16 +369,15 @@ else
 fi
 
 step 11 'Managed Lustre instance'
-# In the GPU nodes' zone, on the cluster's VPC. --gke-support-enabled moves Lustre to port 6988,
-# hence --enable-legacy-lustre-port on the cluster.
+# In the GPU nodes' zone, on the cluster's VPC, on Lustre's own port (no --gke-support-enabled).
 if ! exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"; then
   run gcloud lustre instances create "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" \
     --network="projects/$PROJECT/global/networks/$CLUSTER_VPC" \
     --capacity-gib="$LUSTRE_CAPACITY_GIB" --per-unit-storage-throughput="$LUSTRE_THROUGHPUT" \
-    --filesystem="$LUSTRE_FS" --gke-support-enabled
+    --filesystem="$LUSTRE_FS" --description="$OWNER_MARK" --labels="$OWNER_LABEL"
 fi
 
-step 12 'Values for the chart'
+step 12 'Values overlay for the chart'
 mount_point=''
 query mount_point "LUSTRE_IP@tcp:/$LUSTRE_FS" gcloud lustre instances describe "$LUSTRE_INSTANCE" \
   --project="$PROJECT" --location="$ZONE" --format='value(mountPoint)'
@@ -326,21 +387,72 @@ case "$mount_point" in
 esac
 lustre_ip="${mount_point%%@*}"
 lustre_fs="${mount_point##*:/}"
+overlay="$(
+  cat <<EOF
+# Written by the nemo-rl-gke infra script: what it created, in the chart's keys.
+# Use it after the generator's file: -f values-b200.yaml -f values-infra.yaml
+storage:
+  lustre:
+    volumeHandle: my-project/us-central1-b/nemo-rl-lustre
+    ip: '$lustre_ip'
+    filesystem: '$lustre_fs'
+    capacity: 9000Gi
+network:
+  gvnic:
+    name: gvnic-1
+    vpc: nemo-rl-gvnic-net
+    subnet: nemo-rl-gvnic-sub
+  rdma:
+  - name: rdma-0
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-0
+  - name: rdma-1
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-1
+  - name: rdma-2
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-2
+  - name: rdma-3
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-3
+  - name: rdma-4
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-4
+  - name: rdma-5
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-5
+  - name: rdma-6
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-6
+  - name: rdma-7
+    vpc: nemo-rl-rdma-net
+    subnet: nemo-rl-rdma-sub-7
+workerGroups:
+- name: gpu
+  replicas: 2
+  provisioning: spot
+  reservationName: ''
+  reservationProject: ''
+  nodeSelector: {}
+  tolerations: []
+  labels: {}
+  annotations: {}
+EOF
+)"
+if [ "$DRY_RUN" = 1 ]; then
+  printf '\n%s would hold:\n' "$VALUES_OUT"
+  printf '%s\n' "$overlay" | sed 's/^/    | /'
+else
+  printf '%s\n' "$overlay" >"$VALUES_OUT"
+  printf '\nWrote %s: the Lustre volume (%s), networks, worker groups for the chart.\n' "$VALUES_OUT" \
+    "$PROJECT/$ZONE/$LUSTRE_INSTANCE"
+fi
 cat <<EOF
 
-storage.lustre values for the chart:
-  volumeHandle: $PROJECT/$ZONE/$LUSTRE_INSTANCE
-  ip:           $lustre_ip
-  filesystem:   $lustre_fs
-
-Next: write the values file, then install the chart with these values:
+Next: write the values file, check both together, then install the chart with both:
   python -m generator --gpu b200 --mode autopilot --nodes 2 --provisioning spot
-  helm install nemo-rl charts/nemo-rl-gke -f values-b200.yaml --namespace=$NAMESPACE \\
-    --set storage.lustre.volumeHandle=$PROJECT/$ZONE/$LUSTRE_INSTANCE \\
-    --set storage.lustre.ip=$lustre_ip \\
-    --set storage.lustre.filesystem=$lustre_fs \\
-    --set storage.lustre.capacity=${LUSTRE_CAPACITY_GIB}Gi \\
-    --set serviceAccount.create=false --set serviceAccount.name=$KSA
+  python -m generator validate values-b200.yaml -f $VALUES_OUT
+  helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f values-b200.yaml -f $VALUES_OUT
 EOF
 
 CURRENT_STEP=''

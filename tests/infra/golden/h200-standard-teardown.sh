@@ -2,7 +2,7 @@
 # Teardown of the GKE infrastructure for nemo-rl-gke: NVIDIA H200 141GB (a3-ultragpu-8g), Standard cluster.
 # Written by: python -m generator infra --gpu h200 --project my-project --region us-central1 --zone us-central1-b --teardown
 # Regenerate instead of editing; names match the values file written with the same options.
-# Deletes in the reverse order of the bring-up script and asks first unless --yes.
+# Deletes in the reverse order of the bring-up script, only what it created, and asks first unless --yes.
 # Run: bash THIS_FILE [--dry-run | --execute]; --dry-run prints the commands.
 set -euo pipefail
 
@@ -12,6 +12,8 @@ REGION='us-central1'
 ZONE='us-central1-b'
 CLUSTER='nemo-rl'
 CLUSTER_VPC='default'
+OWNER_MARK='nemo-rl-gke infra: cluster nemo-rl'
+OWNER_LABEL='nemo-rl-gke-infra=nemo-rl'
 GVNIC_VPC='nemo-rl-gvnic-net'
 GVNIC_SUBNET='nemo-rl-gvnic-sub'
 GVNIC_FIREWALL='nemo-rl-gvnic-internal'
@@ -26,7 +28,6 @@ RDMA_SUBNETS=(
   'nemo-rl-rdma-sub-6'
   'nemo-rl-rdma-sub-7'
 )
-BUCKET='my-project-nemo-rl'
 LUSTRE_INSTANCE='nemo-rl-lustre'
 LUSTRE_RANGE='nemo-rl-lustre-psa'
 LUSTRE_FIREWALL='nemo-rl-lustre'
@@ -93,6 +94,17 @@ query() {  # query NAME PLACEHOLDER CMD...: set NAME to the output of CMD (PLACE
   printf -v "$query_name" '%s' "$query_out"
 }
 
+owned() {  # owned FORMAT WANT CMD...: whether the describe CMD prints WANT with --format=FORMAT (this script made it)
+  local owned_format="$1" owned_want="$2" owned_out
+  shift 2
+  if [ "$DRY_RUN" = 1 ]; then
+    show '    ? owner:' "$@" "--format=$owned_format"
+    return 0
+  fi
+  owned_out="$("$@" --format="$owned_format" 2>/dev/null)" || return 1
+  [ "$owned_out" = "$owned_want" ]
+}
+
 has_line() {  # has_line TEXT LINE: whether LINE is one of the lines of TEXT
   case $'\n'"$1"$'\n' in
     *$'\n'"$2"$'\n'*) return 0 ;;
@@ -139,10 +151,12 @@ if [ "$DRY_RUN" = 0 ] && [ "$ASSUME_YES" = 0 ]; then
 This deletes, in project $PROJECT:
   - Managed Lustre instance $LUSTRE_INSTANCE in $ZONE, with all its data
   - private services access range $LUSTRE_RANGE (and its peering if nothing else uses it), firewall rule $LUSTRE_FIREWALL
-  - Cloud Storage bucket gs://$BUCKET, with all its objects
   - GKE cluster $CLUSTER in $REGION, with everything running in it
   - VPC $RDMA_VPC and its ${#RDMA_SUBNETS[@]} subnets
   - VPC $GVNIC_VPC, its subnet $GVNIC_SUBNET and firewall rule $GVNIC_FIREWALL
+  - VPC $CLUSTER_VPC
+Each only if this script created it (it carries the mark "$OWNER_MARK" or the label $OWNER_LABEL);
+anything else, such as a VPC that existed before, is kept.
 EOF
   printf 'Delete all of this? Type yes to go on: '
   answer=''
@@ -159,15 +173,24 @@ fi
 # --- steps ---
 step 1 'Managed Lustre instance'
 if exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"; then
-  run gcloud lustre instances delete "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" --quiet
+  if owned 'value(labels.nemo-rl-gke-infra)' "$CLUSTER" gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"; then
+    run gcloud lustre instances delete "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" --quiet
+  else
+    echo "    ! kept Managed Lustre instance $LUSTRE_INSTANCE: this script did not create it"
+  fi
 fi
 
 step 2 'Managed Lustre: private services access'
 keep_range=0
+if exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT" &&
+  ! owned 'value(description)' "$OWNER_MARK" gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
+  echo "    ! kept range $LUSTRE_RANGE and its peering: this script did not create it"
+  keep_range=1
+fi
 ranges=''
 query ranges "$LUSTRE_RANGE" gcloud services vpc-peerings list --project="$PROJECT" --network="$CLUSTER_VPC" \
   --service=servicenetworking.googleapis.com --flatten=reservedPeeringRanges --format='value(reservedPeeringRanges)'
-if [ "$ranges" = "$LUSTRE_RANGE" ]; then
+if [ "$keep_range" = 0 ] && [ "$ranges" = "$LUSTRE_RANGE" ]; then
   # Can be refused for a while after the instance is deleted; run the teardown again later.
   run gcloud services vpc-peerings delete --project="$PROJECT" --network="$CLUSTER_VPC" \
     --service=servicenetworking.googleapis.com --quiet
@@ -176,43 +199,81 @@ elif has_line "$ranges" "$LUSTRE_RANGE"; then
   keep_range=1
 fi
 if exists gcloud compute firewall-rules describe "$LUSTRE_FIREWALL" --project="$PROJECT"; then
-  run gcloud compute firewall-rules delete "$LUSTRE_FIREWALL" --project="$PROJECT" --quiet
+  if owned 'value(description)' "$OWNER_MARK" gcloud compute firewall-rules describe "$LUSTRE_FIREWALL" --project="$PROJECT"; then
+    run gcloud compute firewall-rules delete "$LUSTRE_FIREWALL" --project="$PROJECT" --quiet
+  else
+    echo "    ! kept firewall rule $LUSTRE_FIREWALL: this script did not create it"
+  fi
 fi
-if [ "$keep_range" = 0 ] && exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
-  run gcloud compute addresses delete "$LUSTRE_RANGE" --global --project="$PROJECT" --quiet
+if [ "$keep_range" = 0 ]; then
+  if exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
+    if owned 'value(description)' "$OWNER_MARK" gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
+      run gcloud compute addresses delete "$LUSTRE_RANGE" --global --project="$PROJECT" --quiet
+    else
+      echo "    ! kept range $LUSTRE_RANGE: this script did not create it"
+    fi
+  fi
 fi
 
-step 3 'Cloud Storage bucket'
-# Its IAM bindings go with it.
-if exists gcloud storage buckets describe "gs://$BUCKET" --project="$PROJECT"; then
-  run gcloud storage rm --recursive "gs://$BUCKET" --project="$PROJECT"
-fi
-
-step 4 'GKE cluster'
-# With the cluster go everything inside it: the GPU node pool, the NCCL RDMA installer, the service account.
+step 3 'GKE cluster'
+# With the cluster go everything inside it: the GPU node pools, the NCCL RDMA installer, the namespace.
 if exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
-  run gcloud container clusters delete "$CLUSTER" --project="$PROJECT" --location="$REGION" --quiet
+  if owned 'value(resourceLabels.nemo-rl-gke-infra)' "$CLUSTER" gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
+    run gcloud container clusters delete "$CLUSTER" --project="$PROJECT" --location="$REGION" --quiet
+  else
+    echo "    ! kept cluster $CLUSTER: this script did not create it"
+  fi
 fi
 
-step 5 'RoCE VPC and its RDMA subnets'
+step 4 'RoCE VPC and its RDMA subnets'
 for (( i = ${#RDMA_SUBNETS[@]} - 1; i >= 0; i-- )); do
   if exists gcloud compute networks subnets describe "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION"; then
-    run gcloud compute networks subnets delete "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION" --quiet
+    if owned 'value(description)' "$OWNER_MARK" gcloud compute networks subnets describe "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION"; then
+      run gcloud compute networks subnets delete "${RDMA_SUBNETS[$i]}" --project="$PROJECT" --region="$REGION" --quiet
+    else
+      echo "    ! kept subnet ${RDMA_SUBNETS[$i]}: this script did not create it"
+    fi
   fi
 done
 if exists gcloud compute networks describe "$RDMA_VPC" --project="$PROJECT"; then
-  run gcloud compute networks delete "$RDMA_VPC" --project="$PROJECT" --quiet
+  if owned 'value(description)' "$OWNER_MARK" gcloud compute networks describe "$RDMA_VPC" --project="$PROJECT"; then
+    run gcloud compute networks delete "$RDMA_VPC" --project="$PROJECT" --quiet
+  else
+    echo "    ! kept VPC $RDMA_VPC: this script did not create it"
+  fi
 fi
 
-step 6 'gVNIC VPC, subnet and firewall'
+step 5 'gVNIC VPC, subnet and firewall'
 if exists gcloud compute firewall-rules describe "$GVNIC_FIREWALL" --project="$PROJECT"; then
-  run gcloud compute firewall-rules delete "$GVNIC_FIREWALL" --project="$PROJECT" --quiet
+  if owned 'value(description)' "$OWNER_MARK" gcloud compute firewall-rules describe "$GVNIC_FIREWALL" --project="$PROJECT"; then
+    run gcloud compute firewall-rules delete "$GVNIC_FIREWALL" --project="$PROJECT" --quiet
+  else
+    echo "    ! kept firewall rule $GVNIC_FIREWALL: this script did not create it"
+  fi
 fi
 if exists gcloud compute networks subnets describe "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION"; then
-  run gcloud compute networks subnets delete "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION" --quiet
+  if owned 'value(description)' "$OWNER_MARK" gcloud compute networks subnets describe "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION"; then
+    run gcloud compute networks subnets delete "$GVNIC_SUBNET" --project="$PROJECT" --region="$REGION" --quiet
+  else
+    echo "    ! kept subnet $GVNIC_SUBNET: this script did not create it"
+  fi
 fi
 if exists gcloud compute networks describe "$GVNIC_VPC" --project="$PROJECT"; then
-  run gcloud compute networks delete "$GVNIC_VPC" --project="$PROJECT" --quiet
+  if owned 'value(description)' "$OWNER_MARK" gcloud compute networks describe "$GVNIC_VPC" --project="$PROJECT"; then
+    run gcloud compute networks delete "$GVNIC_VPC" --project="$PROJECT" --quiet
+  else
+    echo "    ! kept VPC $GVNIC_VPC: this script did not create it"
+  fi
+fi
+
+step 6 'Cluster VPC'
+# A VPC that existed before the bring-up (such as the project's default) carries no mark and stays.
+if exists gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT"; then
+  if owned 'value(description)' "$OWNER_MARK" gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT"; then
+    run gcloud compute networks delete "$CLUSTER_VPC" --project="$PROJECT" --quiet
+  else
+    echo "    ! kept VPC $CLUSTER_VPC: this script did not create it"
+  fi
 fi
 
 CURRENT_STEP=''

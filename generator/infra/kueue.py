@@ -1,0 +1,152 @@
+"""Kueue for the infra script: the pinned release it installs and the queue it configures for the
+chart's RayCluster (`kueue.enabled`, `kueue.queueName`): a ResourceFlavor per provisioning type of
+the GPU pools (their node labels are those the chart's worker pods select), one for the CPU head,
+a ClusterQueue over them and the LocalQueue in the release's namespace; with topology-aware
+scheduling also the Topology over GKE's node labels.
+
+Sources: Kueue v0.16.5's manifests and the `kueue.x-k8s.io/v1beta2` Topology and ResourceFlavor
+with the levels cloud.google.com/gce-topology-block, -subblock, -host and kubernetes.io/hostname,
+as GKE's NCCL guide sets them up ("Run NCCL on custom GKE clusters that use A3 Mega or A3 High",
+https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-gke-custom-a3-mega-high); the pod
+annotations kueue.x-k8s.io/podset-preferred-topology and -required-topology are Kueue's
+topology-aware scheduling (https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from generator.gke.profiles import profile
+
+if TYPE_CHECKING:
+    from generator.infra.steps import InfraOptions
+
+VERSION = "v0.16.5"
+MANIFEST = f"https://github.com/kubernetes-sigs/kueue/releases/download/{VERSION}/manifests.yaml"
+API = "kueue.x-k8s.io/v1beta2"
+CLUSTER_QUEUE = "nemo-rl"
+TOPOLOGY = "gke-default"
+TOPOLOGY_LEVELS = (
+    "cloud.google.com/gce-topology-block",
+    "cloud.google.com/gce-topology-subblock",
+    "cloud.google.com/gce-topology-host",
+    "kubernetes.io/hostname",
+)
+CPU_FLAVOR = "cpu"
+# The head's share of the queue: it requests CPU and memory only (head.resources: 6 CPU, 36Gi).
+CPU_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "0"}
+# Most specific labels first: Kueue gives a pod set the first flavor that fits and whose labels do
+# not conflict with the pods' own node selector.
+FLAVOR_ORDER = ("reservation", "flex-start", "spot", "on-demand")
+
+INSTALL = f"""\
+# Kueue {VERSION} (its release manifests, server-side as its documentation applies them).
+if ! exists kubectl get deployment kueue-controller-manager --namespace=kueue-system; then
+  run kubectl apply --server-side -f "$KUEUE_MANIFEST"
+fi
+run kubectl wait deployment/kueue-controller-manager --namespace=kueue-system --for=condition=Available --timeout=300s
+"""
+
+CONFIG = """\
+# The queue the chart's RayCluster waits in (kueue.queueName: $KUEUE_QUEUE): %(flavors)s.
+if ! exists kubectl get clusterqueue "$KUEUE_CLUSTER_QUEUE"; then
+  kueue_config="$(
+    cat <<'EOF'
+%(manifests)sEOF
+  )"
+  if [ "$DRY_RUN" = 1 ]; then
+    printf '%%s\\n' "$kueue_config" | sed 's/^/      | /'
+  fi
+  run kubectl apply -f - <<<"$kueue_config"
+fi
+"""
+
+
+def flavor_name(gpu: str, provisioning: str, reservation: str = "") -> str:
+    suffix = f"-{reservation}" if provisioning == "reservation" else ""
+    return f"{gpu}-{provisioning}{suffix}"[:63]
+
+
+def _flavor_labels(node_label: str, provisioning: str, reservation: str) -> dict[str, str]:
+    labels = {"cloud.google.com/gke-accelerator": node_label}
+    if provisioning == "spot":
+        labels["cloud.google.com/gke-spot"] = "true"
+    elif provisioning == "flex-start":
+        labels["cloud.google.com/gke-flex-start"] = "true"
+    elif provisioning == "reservation":
+        labels["cloud.google.com/reservation-name"] = reservation
+    return labels
+
+
+def manifests(o: InfraOptions) -> list[dict[str, Any]]:
+    """The Kueue objects, in the order they are applied."""
+    from generator.infra.steps import reservation_name
+
+    p = profile(o.gpu)
+    tas = o.topology != "none"
+    docs: list[dict[str, Any]] = []
+    if tas:
+        docs.append(
+            {
+                "apiVersion": API,
+                "kind": "Topology",
+                "metadata": {"name": TOPOLOGY},
+                "spec": {"levels": [{"nodeLabel": lv} for lv in TOPOLOGY_LEVELS]},
+            }
+        )
+    docs.append({"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": CPU_FLAVOR}, "spec": {}})
+    quotas: list[dict[str, Any]] = [{"name": CPU_FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in CPU_QUOTA.items()]}]
+    seen: dict[str, int] = {}
+    for g in sorted(o.worker_groups, key=lambda g: FLAVOR_ORDER.index(g.provisioning)):
+        res = reservation_name(g.reservation)
+        name = flavor_name(p.key, g.provisioning, res)
+        if name in seen:
+            seen[name] += g.replicas
+            continue
+        seen[name] = g.replicas
+        spec: dict[str, Any] = {"nodeLabels": _flavor_labels(p.node_label, g.provisioning, res)}
+        if tas:
+            spec["topologyName"] = TOPOLOGY
+        docs.append({"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec})
+    for name, nodes in seen.items():
+        quotas.append(
+            {
+                "name": name,
+                "resources": [
+                    {"name": "cpu", "nominalQuota": str(nodes * p.host_vcpus)},
+                    {"name": "memory", "nominalQuota": f"{nodes * p.host_memory_gib}Gi"},
+                    {"name": "nvidia.com/gpu", "nominalQuota": str(nodes * p.gpus_per_node)},
+                ],
+            }
+        )
+    docs.append(
+        {
+            "apiVersion": API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": quotas}],
+            },
+        }
+    )
+    docs.append(
+        {
+            "apiVersion": API,
+            "kind": "LocalQueue",
+            "metadata": {"name": o.kueue_queue, "namespace": o.namespace},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        }
+    )
+    return docs
+
+
+def config_step(o: InfraOptions) -> str:
+    docs = manifests(o)
+    text = "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+    flavors = ", ".join(d["metadata"]["name"] for d in docs if d["kind"] == "ResourceFlavor")
+    if o.topology != "none":
+        flavors += f"; topology {TOPOLOGY} over {', '.join(TOPOLOGY_LEVELS)}"
+    return CONFIG % {"flavors": f"flavors {flavors}", "manifests": text}

@@ -1,0 +1,106 @@
+"""The values overlay the bring-up script writes (`values-infra.yaml`): what it created, in the
+chart's keys, for `helm install -f values-<gpu>.yaml -f values-infra.yaml` and `python -m
+generator validate values-<gpu>.yaml -f values-infra.yaml`.
+
+Everything but the Lustre instance's address is known when the script is generated, so the
+overlay is YAML written here, with two shell variables the script fills from `gcloud lustre
+instances describe`. Lists replace lists when Helm merges values, so `workerGroups` and
+`network.rdma` are written whole, as the generator writes them for the same options.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from generator.gke.profiles import profile
+from generator.values.build import network_values, worker_group
+
+if TYPE_CHECKING:
+    from generator.infra.steps import InfraOptions
+
+IP, FILESYSTEM = "@LUSTRE_IP@", "@LUSTRE_FS@"
+
+STEP = """\
+mount_point=''
+query mount_point "LUSTRE_IP@tcp:/$LUSTRE_FS" gcloud lustre instances describe "$LUSTRE_INSTANCE" \\
+  --project="$PROJECT" --location="$ZONE" --format='value(mountPoint)'
+case "$mount_point" in
+  *@tcp:/*) ;;
+  *) die "unexpected mountPoint '$mount_point' of Lustre instance $LUSTRE_INSTANCE (want IP@tcp:/FILESYSTEM)" ;;
+esac
+lustre_ip="${mount_point%%%%@*}"
+lustre_fs="${mount_point##*:/}"
+overlay="$(
+  cat <<EOF
+%(overlay)sEOF
+)"
+if [ "$DRY_RUN" = 1 ]; then
+  printf '\\n%%s would hold:\\n' "$VALUES_OUT"
+  printf '%%s\\n' "$overlay" | sed 's/^/    | /'
+else
+  printf '%%s\\n' "$overlay" >"$VALUES_OUT"
+  printf '\\nWrote %%s: the Lustre volume (%%s), networks, worker groups%(kueue_note)s for the chart.\\n' "$VALUES_OUT" \\
+    "$PROJECT/$ZONE/$LUSTRE_INSTANCE"
+fi
+cat <<EOF
+
+Next: write the values file, check both together, then install the chart with both:
+  %(generate)s
+  python -m generator validate %(values_file)s -f $VALUES_OUT
+  helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f %(values_file)s -f $VALUES_OUT
+EOF
+"""
+
+
+def values(o: InfraOptions) -> dict[str, Any]:
+    """The overlay's content, with IP and FILESYSTEM standing for the instance's address."""
+    from generator.infra.steps import reservation_name, reservation_project
+
+    p = profile(o.gpu)
+    groups = []
+    for g in o.worker_groups:
+        owner = reservation_project(g.reservation)
+        groups.append(
+            worker_group(g.name, g.replicas, g.provisioning, reservation_name(g.reservation), owner if owner != o.project else "")
+        )
+    out: dict[str, Any] = {
+        "storage": {
+            "lustre": {
+                "volumeHandle": f"{o.project}/{o.zone}/{o.cluster}-lustre",
+                "ip": IP,
+                "filesystem": FILESYSTEM,
+                "capacity": f"{o.lustre_capacity_gib}Gi",
+            }
+        },
+        "network": {k: v for k, v in network_values(o.network_prefix, p.rdma_nics).items() if k in ("gvnic", "rdma")},
+        "workerGroups": groups,
+    }
+    if o.kueue:
+        out["kueue"] = {"enabled": True, "queueName": o.kueue_queue, "topology": topology_values(o)}
+    return out
+
+
+def topology_values(o: InfraOptions) -> dict[str, str]:
+    from generator.infra.kueue import TOPOLOGY_LEVELS
+
+    return {"mode": o.topology, "level": TOPOLOGY_LEVELS[0]}
+
+
+def text(o: InfraOptions) -> str:
+    header = (
+        "# Written by the nemo-rl-gke infra script: what it created, in the chart's keys.\n"
+        f"# Use it after the generator's file: -f values-{o.gpu}.yaml -f {o.values_out}\n"
+    )
+    body = yaml.safe_dump(values(o), sort_keys=False)
+    return header + body.replace(IP, "$lustre_ip").replace(FILESYSTEM, "$lustre_fs")
+
+
+def step(o: InfraOptions, generate: str) -> str:
+    return STEP % {
+        "overlay": text(o),
+        "generate": generate,
+        "values_file": f"values-{o.gpu}.yaml",
+        "kueue_note": ", Kueue queue" if o.kueue else "",
+    }
