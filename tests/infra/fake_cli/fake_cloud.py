@@ -25,8 +25,8 @@ import marshal
 import os
 import sys
 
-MUTATING = {"create", "create-auto", "delete", "enable", "connect", "update", "add-iam-policy-binding", "rm", "apply"}
-VERBS = MUTATING | {"describe", "list", "get", "get-credentials", "get-server-config", "get-iam-policy"}
+MUTATING = {"create", "create-auto", "delete", "enable", "connect", "update", "apply"}
+VERBS = MUTATING | {"describe", "list", "get", "get-credentials", "get-server-config"}
 KUBECTL_MUTATING = {"create", "apply", "delete", "label", "set"}
 DEFAULT_NETWORK = {"subnet-mode": "auto", "mtu": "1460"}  # a project's default VPC (made by Google, no mark)
 PROJECT_NUMBER = "123456789012"
@@ -94,20 +94,7 @@ class Cloud:
             self.need(f"container/clusters/{rest[0]}", "cluster")
             self.state["kubeconfig"] = rest[0]
             return ""
-        if kind == "storage/buckets" and verb in ("get-iam-policy", "add-iam-policy-binding"):
-            key = f"storage/buckets/{rest[0].removeprefix('gs://')}"
-            self.need(key, "bucket")
-            bindings = self.res[key].setdefault("bindings", [])
-            if verb == "add-iam-policy-binding":
-                bindings.append(f"{flag(flags, 'role')},{flag(flags, 'member')}")
-                return ""
-            return "".join(f"{b}\n" for b in bindings)
-        if kind == "storage" and verb == "rm":
-            key = f"storage/buckets/{rest[0].removeprefix('gs://')}"
-            self.need(key, "bucket")
-            del self.res[key]
-            return ""
-        name = rest[0].removeprefix("gs://")
+        name = rest[0]
         key = f"{kind}/{name}"
         if verb == "describe":
             self.need(key, kind)
