@@ -594,10 +594,14 @@ def test_an_image_digest_pins_every_pod_of_the_release(helm):
 
 @pytest.mark.parametrize("mode", ["preferred", "required"])
 def test_kueue_topology_places_each_worker_group_with_kueues_annotation(helm, mode):
-    v = with_changes(values_for(kueue_queue="gpu-queue"), {"kueue.topology": {"mode": mode, "level": "cloud.google.com/gce-topology-subblock"}})
+    v = with_changes(
+        values_for(kueue_queue="gpu-queue"), {"kueue.topology": {"mode": mode, "level": "cloud.google.com/gce-topology-subblock"}}
+    )
     rc = one(render(helm, [v]), "RayCluster")
     for g in rc["spec"]["workerGroupSpecs"]:
-        assert g["template"]["metadata"]["annotations"][f"kueue.x-k8s.io/podset-{mode}-topology"] == "cloud.google.com/gce-topology-subblock"
+        assert (
+            g["template"]["metadata"]["annotations"][f"kueue.x-k8s.io/podset-{mode}-topology"] == "cloud.google.com/gce-topology-subblock"
+        )
     assert not any("kueue.x-k8s.io/podset" in k for k in rc["spec"]["headGroupSpec"]["template"]["metadata"].get("annotations", {}))
     off = one(render(helm, [values_for(kueue_queue="gpu-queue")]), "RayCluster")
     assert not any("podset" in k for g in off["spec"]["workerGroupSpecs"] for k in g["template"]["metadata"].get("annotations", {}))
