@@ -19,7 +19,7 @@ import shlex
 from dataclasses import dataclass
 
 from generator.gke import networks, versions
-from generator.gke.profiles import AcceleratorProfile, profile
+from generator.gke.profiles import profile
 from generator.gke.provisioning import DEFAULT_MODE, DEFAULT_PROVISIONING
 from generator.infra import kueue
 from generator.values.worker_groups import GroupSpec
@@ -592,8 +592,8 @@ def bring_up_steps(o: InfraOptions) -> list[Step]:
 # --- teardown -------------------------------------------------------------------------------
 
 
-def _owned(describe: str, delete: str, what: str, mark: str = "value(description)" + ' "$OWNER_MARK"') -> str:
-    """Delete a resource only when it exists and carries this cluster's mark."""
+def _owned(describe: str, delete: str, what: str, mark: str) -> str:
+    """Delete a resource only when it exists and carries this cluster's mark (`mark`: FORMAT WANT of `owned`)."""
     return (
         f"if exists {describe}; then\n"
         f"  if owned {mark} {describe}; then\n"
@@ -741,6 +741,3 @@ def teardown_steps(o: InfraOptions) -> list[Step]:
         Step("Cluster VPC", TEARDOWN_CLUSTER_NETWORK),
     ]
 
-
-def accelerator(o: InfraOptions) -> AcceleratorProfile:
-    return profile(o.gpu)
