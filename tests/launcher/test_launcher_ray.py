@@ -9,6 +9,7 @@ import pytest
 import ray
 from conftest import load_chart_program
 from launcher_harness import SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in
+from nemo_rl_logs import Figures, driver_script, run_log
 
 pytestmark = pytest.mark.ray
 
@@ -21,6 +22,25 @@ def test_a_run_that_succeeds_is_submitted_once_and_followed(head, client, tmp_pa
     assert [proc.stdout.count(f"grpo step {i} reward 0.5") for i in range(3)] == [1, 1, 1]  # streamed, each line once
     assert f"attempt 1 submitted as {rid}; starts from step 0" in proc.stdout
     assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED"}
+
+
+def test_a_followed_run_prints_one_progress_line_per_step_and_a_summary(head, client, tmp_path):
+    # NeMo RL v0.7.0's grpo_train log for 3 of 3 steps (nemo_rl_logs.py cites the print calls).
+    figures = [Figures(0.0312, 2.0, 3365.28), Figures(0.25, 1.0, 3500.0), Figures(0.6734, 1.5, 3600.0)]
+    entry = stand_in(tmp_path, "grpo", driver_script(run_log("grpo_train", 3, figures), pause_s=0.3))
+    rid = new_id()
+    proc = run_launcher(head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, max_num_steps=3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line.split("] ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("[launcher ") and "] step " in line]
+    assert lines == [
+        "step 1/3: mean reward 0.0312, step time 2.0 s, 3365 tokens/s (210 per GPU), about 4 s left",
+        "step 2/3: mean reward 0.2500, step time 1.0 s, 3500 tokens/s (219 per GPU), about 2 s left",
+        "step 3/3: mean reward 0.6734, step time 1.5 s, 3600 tokens/s (225 per GPU)",
+    ]
+    summary = next(line for line in proc.stdout.splitlines() if "] progress: " in line)
+    assert "3 step(s) logged, the last step 3 of 3; mean reward 0.0312 at step 1, 0.6734 at step 3; mean step time 1.5 s" in summary
+    assert "GPU-node-hours from the GPU workers ready to the end of the run" in summary
+    assert proc.stdout.count("  • Avg Reward: 0.2500") == 1  # NeMo RL's own lines still stream, once
 
 
 def test_rerunning_the_same_spec_submits_nothing(head, client, tmp_path):

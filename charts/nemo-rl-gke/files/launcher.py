@@ -12,8 +12,8 @@ Runs in the NeMo RL image (standard library + ray). SPEC.json is rendered by the
   expected_gpus    GPUs the cluster must report before submitting
   ... and optional keys, see SPEC_KEYS.
 Its sibling modules (launcher_*.py, in the same ConfigMap) keep the run's outcome on the shared
-volume, release the GPU workers through the Kubernetes API when the run has ended, and keep the
-GPU-time ledger.
+volume, release the GPU workers through the Kubernetes API when the run has ended, keep the
+GPU-time ledger, and turn NeMo RL's log into one progress line per training step.
 Exit status: 0 run running (or finished) as asked; 3 the run failed for good, was stopped, or a
 wait timed out; 2 bad spec. The Job fails at once on 2 and 3 (podFailurePolicy): a new pod would
 wait the whole timeout again or repeat the same verdict. Anything else (1: an unexpected error,
@@ -41,6 +41,7 @@ import launcher_outcome
 import launcher_workers
 from launcher_kube import KubeApi, KubeError
 from launcher_ledger import Ledger
+from launcher_progress import Progress
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 ACTIVE = {"PENDING", "RUNNING"}
@@ -816,10 +817,11 @@ def launch(spec: Spec) -> int:
     log(f"run {spec.submission_id}: {spec.entrypoint}")
     wait_for_files(spec)
     ledger = Ledger(sum(spec.gpu_release.get("groups", {}).values()) or max(0, spec.expected_nodes - 1))
+    progress = Progress(spec.max_num_steps)
     record = read_outcome(spec)
     if record is not None and (first := decide(spec, record)).action == STOP:
         log(first.why)  # ended for good under an earlier launcher: no head, no GPUs needed
-        return finish(spec, first, record, ledger)
+        return finish(spec, first, record, ledger, progress)
     try:
         resume_workers(spec)
         wait_for_head(spec)
@@ -833,8 +835,8 @@ def launch(spec: Spec) -> int:
             if decision.why:
                 log(decision.why)
             if decision.action == STOP:
-                return finish(spec, decision, seen, ledger)
-            seen = act(runs, seen, decision, ledger)
+                return finish(spec, decision, seen, ledger, progress)
+            seen = act(runs, seen, decision, ledger, progress)
     except GpusTimedOut as e:
         log(f"FAILED: {e}")
         release_workers(spec, ledger)  # the GPU workers that did come would idle until someone looked
@@ -853,13 +855,15 @@ def current(runs: Runs, record: Seen | None) -> Seen:
     return head
 
 
-def act(runs: Runs, seen: Seen, decision: Decision, ledger: Ledger) -> Seen:
+def act(runs: Runs, seen: Seen, decision: Decision, ledger: Ledger, progress: Progress) -> Seen:
     """Carry out a FOLLOW, WAIT_START or SUBMIT decision; what the launcher sees afterwards."""
     spec = runs.spec
     job_id = attempt_id(spec.submission_id, seen.attempt)
     if decision.action == FOLLOW:
         watch = GpuWatch(spec, ledger)
-        status = follow_logs(runs, job_id, watch.look, ledger.saw_line)
+        status = follow_logs(runs, job_id, watch.look, lambda line: saw_line(line, ledger, progress))
+        if step := progress.flush():
+            log(step)
         ledger.run_ended()
         log(f"{job_id} ended: {status}" + (f" (the cluster lost a GPU node meanwhile: {watch.lost})" if watch.lost else ""))
         return replace(seen, status=status, started=False, stalled=decision.stalled, lost_gpu_node=bool(watch.lost))
@@ -891,12 +895,22 @@ def read_outcome(spec: Spec) -> Seen | None:
     return Seen(outcome.attempt, outcome.ray_status, recorded=outcome.state, recorded_reason=outcome.reason)
 
 
-def finish(spec: Spec, decision: Decision, seen: Seen, ledger: Ledger) -> int:
-    """Record a final outcome and release the GPU workers; log the ledger; the exit status."""
+def saw_line(line: str, ledger: Ledger, progress: Progress) -> None:
+    """One line of the run's log: the ledger's first step; a progress line when a step is done."""
+    ledger.saw_line(line)
+    if step := progress.saw_line(line):
+        log(step)
+
+
+def finish(spec: Spec, decision: Decision, seen: Seen, ledger: Ledger, progress: Progress) -> int:
+    """Record a final outcome and release the GPU workers; log the progress summary and the
+    ledger; the exit status."""
     if decision.final:
         if not seen.recorded:
             record_outcome(spec, decision, seen)
         release_workers(spec, ledger)
+    if summary := progress.summary(ledger.gpu_node_hours()):
+        log(summary)
     if ledger.ended_at is not None:
         log(ledger.summary())
     return decision.exit_code

@@ -7,17 +7,15 @@ workers gone. The cluster autoscaler removes the nodes some minutes after their 
 the launcher cannot see nodes, so that tail is named, not measured.
 
 The first training step is the first step header NeMo RL prints, "===...=== Step N/M ===...==="
-(25 '=' each side): nemo_rl/algorithms/grpo.py, grpo_train and async_grpo_train, in v0.5.0,
-v0.6.0 and v0.7.0.
+(25 '=' each side), as launcher_progress.step_header reads it.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
-STEP_HEADER = re.compile(r"^={25} Step (\d+)/(\d+) ={25}$")
+from launcher_progress import step_header
 
 
 @dataclass
@@ -35,7 +33,7 @@ class Ledger:
             self.gpus_ready_at = first if self.gpus_ready_at is None else min(self.gpus_ready_at, first)
 
     def saw_line(self, line: str) -> None:
-        if self.first_step_at is None and STEP_HEADER.match(line.strip()):
+        if self.first_step_at is None and step_header(line) is not None:
             self.first_step_at = time.time()
 
     def run_ended(self) -> None:
@@ -43,6 +41,13 @@ class Ledger:
 
     def gpus_released(self) -> None:
         self.released_at = time.time()
+
+    def gpu_node_hours(self) -> float | None:
+        """GPU-node-hours from the GPU workers ready (else the first step) to the end of the run."""
+        start = self.gpus_ready_at if self.gpus_ready_at is not None else self.first_step_at
+        if start is None or self.ended_at is None:
+            return None
+        return max(0.0, self.ended_at - start) / 3600 * self.gpu_nodes
 
     def _span(self, what: str, start: float | None, end: float | None) -> str:
         if start is None or end is None:
