@@ -12,9 +12,8 @@ from pathlib import Path
 
 from generator.validate.findings import Finding
 from generator.validate.values import has_errors, validate_values
-from generator.values.files import InputError, load_values
-from generator.values.layers import SET_FLAGS, layers, merge
-from generator.values.merge import as_helm_sees_it
+from generator.values.files import InputError
+from generator.values.layers import add_layer_arguments, configurations
 
 HELP = "check values files: schema, then the semantic rules"
 
@@ -31,27 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="check the file alone, not merged over the chart's values.yaml as helm install does",
     )
     add_release_name(p, "Helm release name the file will be installed as (names are checked); default nemo-rl")
-    layered = p.add_argument_group(
-        "layered values (as helm install takes them; with any of these, FILE and every -f are merged into one configuration)"
-    )
-    layered.add_argument(
-        "-f", "--values", dest="more", action="append", type=Path, default=[], metavar="MORE", help="a further values file"
-    )
-    for flag in SET_FLAGS:
-        layered.add_argument(flag, dest="sets", action="append", type=lambda v, f=flag: (f, v), default=[], metavar="KEY=VALUE")
+    add_layer_arguments(p, "with any of these, FILE and every -f are merged into one configuration")
 
 
 def _reports(args: argparse.Namespace) -> list[tuple[str, list[Finding]]]:
-    if args.more or args.sets:
-        spec = layers([*args.files, *args.more], args.sets, not args.no_chart_defaults)
-        return [(spec.name, validate_values(merge(spec), args.release, spec.set_file_keys))]
-    reports = []
-    for path in args.files:
-        doc = load_values(path)
-        if not args.no_chart_defaults:
-            doc = as_helm_sees_it(doc)
-        reports.append((str(path), validate_values(doc, args.release)))
-    return reports
+    found = configurations(args.files, args.more, args.sets, not args.no_chart_defaults)
+    return [(c.name, validate_values(c.values, args.release, c.set_file_keys)) for c in found]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -77,7 +77,7 @@ def _ray_pods(name: str, spec: dict[str, Any]) -> Iterator[Pod]:
         yield _template_pod(where, _at(g, "template"), "worker", f"workerGroups[{i}]", ray="worker", group=i)
 
 
-def _pods(objs: list[dict[str, Any]]) -> Iterator[Pod]:
+def pod_templates(objs: list[dict[str, Any]]) -> Iterator[Pod]:
     for o in objs:
         kind, name, spec = o.get("kind"), _at(o, "metadata").get("name", "?"), _at(o, "spec")
         if kind == "RayCluster":
@@ -308,7 +308,7 @@ def _groups(values: dict[str, Any]) -> Iterator[Finding]:
 def check_objects(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     label_maps = ["commonLabels"]
-    for pod in _pods(objs):
+    for pod in pod_templates(objs):
         out += _tolerations(pod, values)
         out += _resources(pod)
         out += _env(pod, values)

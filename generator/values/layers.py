@@ -9,6 +9,7 @@ comes back as a finding of `validate` rather than as Helm's first error.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import tempfile
@@ -36,6 +37,42 @@ class Layers:
         parts = [str(self.files[0]), *(f"-f {f}" for f in self.files[1:])]
         parts += [f"{flag} {arg.split('=', 1)[0]}=..." for flag, arg in self.sets]
         return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration as `helm install` would take it: its name in reports and its values."""
+
+    name: str
+    values: Any
+    set_file_keys: frozenset[str] = field(default_factory=frozenset)
+
+
+def configurations(
+    files: Sequence[Path], more: Sequence[Path] = (), sets: Sequence[tuple[str, str]] = (), chart_defaults: bool = True
+) -> list[Configuration]:
+    """With -f or --set flags: FILE and every -f merged into one configuration by the pinned Helm;
+    without: each file on its own, over the chart's values.yaml (unless `chart_defaults` is off)."""
+    from generator.values.merge import as_helm_sees_it
+
+    if more or sets:
+        spec = layers([*files, *more], sets, chart_defaults)
+        return [Configuration(spec.name, merge(spec), spec.set_file_keys)]
+    out = []
+    for path in files:
+        doc = load_values(path)
+        out.append(Configuration(str(path), as_helm_sees_it(doc) if chart_defaults else doc))
+    return out
+
+
+def add_layer_arguments(p: argparse.ArgumentParser, how: str) -> None:
+    """-f MORE and the --set flags, as `helm install` takes them (args.more, args.sets)."""
+    layered = p.add_argument_group(f"layered values (as helm install takes them; {how})")
+    layered.add_argument(
+        "-f", "--values", dest="more", action="append", type=Path, default=[], metavar="MORE", help="a further values file"
+    )
+    for flag in SET_FLAGS:
+        layered.add_argument(flag, dest="sets", action="append", type=lambda v, f=flag: (f, v), default=[], metavar="KEY=VALUE")
 
 
 def layers(files: Sequence[Path], sets: Sequence[tuple[str, str]], chart_defaults: bool) -> Layers:
