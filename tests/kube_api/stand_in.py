@@ -1,46 +1,86 @@
 """A stand-in for the Kubernetes API server, for what cannot run here: HTTPS on 127.0.0.1 with a
-self-signed CA, bearer-token authentication, RBAC decided by Role rules (the chart's own, taken
-from the rendered Role), and GET, merge-patch and JSON-patch on the objects it holds. It records
-every request, so a test can check what was asked of it, and answers as the real API server does:
-a `Status` object with 401, 403, 404, 409, 415 or 422.
+self-signed CA, bearer-token authentication, RBAC decided by Role and ClusterRole rules (rbac.py),
+and GET (one object or a LIST with label and field selectors, namespaced, across namespaces or
+cluster-scoped), merge-patch and JSON-patch on the objects it holds, SelfSubjectAccessReview, and
+the service proxy (`/api/v1/namespaces/N/services/[http:]NAME[:PORT]/proxy/PATH`, forwarded to a
+real local server such as a Ray head's dashboard, or answered by a function). It records every
+request, so a test can check what was asked of it, and answers as the real API server does: a
+`Status` object with 401, 403, 404, 405, 415, 422 or 503.
 
 A pod reaches it the way a pod reaches the real one: KUBERNETES_SERVICE_HOST/PORT in the
 environment and a service-account folder holding `token`, `ca.crt` and `namespace`
-(`pod_environment`).
+(`pod_environment`). A user's tools reach it through a kubeconfig file (`kubeconfig`), as the
+official `kubernetes` client loads it.
+
+Custom resources: with `strict_crds`, a group outside Kubernetes' own is served only when the
+stand-in holds its CustomResourceDefinition serving that version, as on a real cluster (without,
+the API server answers 404 for the whole resource).
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import ipaddress
 import json
 import ssl
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import jsonpatch
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.kube_api.rbac import VERBS, Attributes, access_review, allowed, forbidden, qualified, rule_allows, status
+from tests.kube_api.selectors import fields_match, labels_match
+
+__all__ = ["KINDS", "TOKEN", "ApiStandIn", "Raw", "Request", "Target", "merge_patch", "rule_allows", "status"]
+
 TOKEN = "stand-in-service-account-token"  # noqa: S105 - a test credential, valid only here
 
-# Built-in kinds the stand-in knows, by resource (plural) -> (group, kind); custom ones too.
-KINDS: dict[str, tuple[str, str]] = {
-    "rayclusters": ("ray.io", "RayCluster"),
-    "rayjobs": ("ray.io", "RayJob"),
-    "pods": ("", "Pod"),
-    "secrets": ("", "Secret"),
-    "configmaps": ("", "ConfigMap"),
-    "workloads": ("kueue.x-k8s.io", "Workload"),
+# The kinds the stand-in knows, by resource (plural) -> (group, kind, namespaced).
+KINDS: dict[str, tuple[str, str, bool]] = {
+    "rayclusters": ("ray.io", "RayCluster", True),
+    "rayjobs": ("ray.io", "RayJob", True),
+    "pods": ("", "Pod", True),
+    "secrets": ("", "Secret", True),
+    "configmaps": ("", "ConfigMap", True),
+    "services": ("", "Service", True),
+    "persistentvolumeclaims": ("", "PersistentVolumeClaim", True),
+    "resourcequotas": ("", "ResourceQuota", True),
+    "events": ("", "Event", True),
+    "nodes": ("", "Node", False),
+    "namespaces": ("", "Namespace", False),
+    "persistentvolumes": ("", "PersistentVolume", False),
+    "jobs": ("batch", "Job", True),
+    "daemonsets": ("apps", "DaemonSet", True),
+    "deployments": ("apps", "Deployment", True),
+    "customresourcedefinitions": ("apiextensions.k8s.io", "CustomResourceDefinition", False),
+    "csidrivers": ("storage.k8s.io", "CSIDriver", False),
+    "networks": ("networking.gke.io", "Network", False),
+    "gkenetworkparamsets": ("networking.gke.io", "GKENetworkParamSet", False),
+    "workloads": ("kueue.x-k8s.io", "Workload", True),
+    "localqueues": ("kueue.x-k8s.io", "LocalQueue", True),
+    "clusterqueues": ("kueue.x-k8s.io", "ClusterQueue", False),
+    "externalsecrets": ("external-secrets.io", "ExternalSecret", True),
+    "secretstores": ("external-secrets.io", "SecretStore", True),
+    "clustersecretstores": ("external-secrets.io", "ClusterSecretStore", False),
 }
+# Groups every API server serves (no CustomResourceDefinition behind them).
+BUILT_IN_GROUPS = {"", "apps", "batch", "storage.k8s.io", "apiextensions.k8s.io", "authorization.k8s.io", "rbac.authorization.k8s.io"}
+ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+Proxy = Callable[[str, dict[str, list[str]]], tuple[int, bytes, str]]
 
 
 @dataclass(frozen=True)
@@ -50,54 +90,70 @@ class Request:
     query: dict[str, list[str]]
     content_type: str
     body: Any
-    authorized: bool  # the bearer token was the service account's
+    authorized: bool  # the bearer token was the stand-in's
+
+
+@dataclass(frozen=True)
+class Raw:
+    """An answer that is not JSON (a proxied server's)."""
+
+    data: bytes
+    content_type: str
 
 
 @dataclass(frozen=True)
 class Target:
-    """What a request path names: /api/v1/namespaces/N/R/NAME or /apis/G/V/namespaces/N/R/NAME."""
+    """What a request path names: /api/v1/[namespaces/N/]R[/NAME[/SUB[/REST...]]] or the same
+    under /apis/G/V/. `namespace` is "" at the cluster scope; `name` is "" for a collection."""
 
     group: str
     version: str
     namespace: str
     resource: str
-    name: str
+    name: str = ""
+    subresource: str = ""
+    rest: str = ""  # what follows a proxy subresource
 
     @classmethod
     def parse(cls, path: str) -> Target | None:
-        parts = path.strip("/").split("/")
+        parts = [unquote(p) for p in path.strip("/").split("/")]
         if parts[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", parts[2:]
         elif parts[:1] == ["apis"] and len(parts) >= 3:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             return None
-        if len(rest) == 4 and rest[0] == "namespaces":
-            return cls(group, version, rest[1], rest[2], rest[3])
-        return None
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or not rest[0]:
+            return None
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        return cls(group, version, namespace, rest[0], name, sub, "/".join(rest[3:]))
 
-
-def rule_allows(rule: dict[str, Any], verb: str, target: Target) -> bool:
-    """One RBAC PolicyRule, as the API server's RBAC authorizer reads it."""
-
-    def has(key: str, value: str) -> bool:
-        values = rule.get(key) or []
-        return "*" in values or value in values
-
-    names = rule.get("resourceNames") or []
-    named = not names or target.name in names
-    return has("apiGroups", target.group) and has("resources", target.resource) and has("verbs", verb) and named
+    @property
+    def rbac_resource(self) -> str:
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
 
 
 @dataclass
 class ApiStandIn:
-    """Start with `with ApiStandIn(folder, rules=...) as api:`; objects by `api.put(obj)`."""
+    """Start with `with ApiStandIn(folder, rules=...) as api:`; objects by `api.put(obj)`.
+
+    `rules`: a Role's rules in `namespace`; `cluster_rules`: a ClusterRole's, everywhere. The
+    identity is the service account's, or `user` when given (a person's kubeconfig)."""
 
     folder: Path
     rules: list[dict[str, Any]] = field(default_factory=list)
     namespace: str = "default"
     service_account: str = "launcher"
     on_patch: Callable[[dict[str, Any], dict[str, Any]], None] | None = None  # (before, after)
+    cluster_rules: list[dict[str, Any]] = field(default_factory=list)
+    user: str = ""
+    strict_crds: bool = False
+    version: dict[str, str] = field(default_factory=lambda: {"major": "1", "minor": "33", "gitVersion": "v1.33.2-gke.1111000"})
+    proxies: dict[tuple[str, str], str | Proxy] = field(default_factory=dict)  # (namespace, service[:port]) -> URL or function
     requests: list[Request] = field(default_factory=list)
     objects: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
     _server: ThreadingHTTPServer | None = None
@@ -108,33 +164,48 @@ class ApiStandIn:
 
     def put(self, obj: dict[str, Any]) -> None:
         group = obj["apiVersion"].rpartition("/")[0]
-        resource = next(r for r, (g, k) in KINDS.items() if g == group and k == obj["kind"])
+        resource = next(r for r, (g, k, _) in KINDS.items() if g == group and k == obj["kind"])
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", self.namespace)
+        if KINDS[resource][2]:
+            meta.setdefault("namespace", self.namespace)
+        else:
+            meta.pop("namespace", None)
         meta.setdefault("generation", 1)
+        meta.setdefault("uid", f"uid-{resource}-{meta['name']}")
         meta["resourceVersion"] = self._next_version()
-        self.objects[(group, meta["namespace"], resource, meta["name"])] = obj
+        self.objects[(group, meta.get("namespace", ""), resource, meta["name"])] = obj
+
+    def _key(self, resource: str, name: str, namespace: str | None) -> tuple[str, str, str, str]:
+        group, _, namespaced = KINDS[resource]
+        return (group, (namespace or self.namespace) if namespaced else "", resource, name)
+
+    def remove(self, resource: str, name: str, namespace: str | None = None) -> None:
+        """What a broken cluster lacks: the object is gone (not a request: not recorded)."""
+        with self._lock:
+            self.objects.pop(self._key(resource, name, namespace), None)
 
     def set_status(self, resource: str, name: str, status: dict[str, Any], namespace: str | None = None) -> None:
         """What a controller reports (the status subresource): replaces the object's status."""
         with self._lock:
-            obj = self.objects[(KINDS[resource][0], namespace or self.namespace, resource, name)]
+            obj = self.objects[self._key(resource, name, namespace)]
             obj["status"] = copy.deepcopy(status)
             obj["metadata"]["resourceVersion"] = self._next_version()
 
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        group = KINDS[resource][0]
-        return copy.deepcopy(self.objects[(group, namespace or self.namespace, resource, name)])
+        return copy.deepcopy(self.objects[self._key(resource, name, namespace)])
 
     def writes(self) -> list[Request]:
-        return [r for r in self.requests if r.method not in ("GET", "HEAD")]
+        """Every request that could change the cluster. A SelfSubjectAccessReview is a POST (a
+        create) but a question: the API server answers it from the caller's permissions and stores
+        nothing, so it is not a write."""
+        return [r for r in self.requests if r.method not in ("GET", "HEAD") and not (r.method == "POST" and r.path == ACCESS_REVIEW)]
 
     def _next_version(self) -> str:
         self._version += 1
         return str(self._version)
 
-    # --- the pod's view -----------------------------------------------------------------
+    # --- the pod's and the user's view --------------------------------------------------
 
     @property
     def port(self) -> int:
@@ -142,11 +213,44 @@ class ApiStandIn:
         return self._server.server_address[1]
 
     @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
     def service_account_dir(self) -> Path:
         return self.folder / "serviceaccount"
 
+    @property
+    def identity(self) -> str:
+        return self.user or f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
     def pod_environment(self) -> dict[str, str]:
         return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.port)}
+
+    def kubeconfig(
+        self, path: Path, *, context: str = "stand-in", namespace: str | None = None, token: str = TOKEN, server: str | None = None
+    ) -> Path:
+        """A kubeconfig file as `gcloud container clusters get-credentials` writes one (server, CA
+        data, user), with a bearer token instead of the gcloud auth plugin."""
+        ca = (self.service_account_dir / "ca.crt").read_bytes()
+        ctx: dict[str, Any] = {"cluster": "stand-in-cluster", "user": "stand-in-user"}
+        if namespace:
+            ctx["namespace"] = namespace
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "stand-in-cluster",
+                    "cluster": {"server": server or self.server, "certificate-authority-data": base64.b64encode(ca).decode()},
+                }
+            ],
+            "users": [{"name": "stand-in-user", "user": {"token": token}}],
+            "contexts": [{"name": context, "context": ctx}],
+            "current-context": context,
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        return path
 
     # --- server -------------------------------------------------------------------------
 
@@ -173,27 +277,91 @@ class ApiStandIn:
 
     # --- the API ------------------------------------------------------------------------
 
-    def answer(self, request: Request) -> tuple[int, dict[str, Any]]:
+    def answer(self, request: Request) -> tuple[int, dict[str, Any] | Raw]:
         with self._lock:
             self.requests.append(request)
             if not request.authorized:
                 return 401, status(401, "Unauthorized", "Unauthorized")
+            if request.path.rstrip("/") == "/version":
+                return 200, dict(self.version)
+            if request.method == "POST" and request.path == ACCESS_REVIEW:
+                return access_review(request.body, self._allowed)
             target = Target.parse(request.path)
-            if target is None:
-                return 404, status(404, "NotFound", f"the server could not find the requested resource ({request.path})")
-            verb = {"GET": "get", "PATCH": "patch", "PUT": "update", "DELETE": "delete", "POST": "create"}.get(request.method, "")
-            if not any(rule_allows(r, verb, target) for r in self.rules):
-                return 403, forbidden(verb, target, f"system:serviceaccount:{self.namespace}:{self.service_account}")
-            key = (target.group, target.namespace, target.resource, target.name)
-            if key not in self.objects:
-                return 404, status(404, "NotFound", f'{_qualified(target)} "{target.name}" not found')
-            if verb == "get":
-                return 200, copy.deepcopy(self.objects[key])
-            if verb == "patch":
-                return self._patch(key, request)
-            return 405, status(405, "MethodNotAllowed", f"the stand-in does not serve {request.method}")
+            if target is None or not self._served(target):
+                return 404, status(404, "NotFound", "the server could not find the requested resource")
+            return self._resource(request, target)
 
-    def _patch(self, key: tuple[str, str, str, str], request: Request) -> tuple[int, dict[str, Any]]:
+    def _allowed(self, attrs: Attributes) -> bool:
+        return allowed(attrs, self.rules, self.namespace, self.cluster_rules)
+
+    def _served(self, target: Target) -> bool:
+        if target.resource not in KINDS or KINDS[target.resource][0] != target.group:
+            return False
+        if not self.strict_crds or target.group in BUILT_IN_GROUPS:
+            return True
+        crd = self.objects.get(("apiextensions.k8s.io", "", "customresourcedefinitions", f"{target.resource}.{target.group}"))
+        return crd is not None and any(v.get("name") == target.version and v.get("served", True) for v in crd["spec"]["versions"])
+
+    def _resource(self, request: Request, target: Target) -> tuple[int, dict[str, Any] | Raw]:
+        verb = VERBS.get(request.method, "") if request.method != "GET" else ("get" if target.name else "list")
+        attrs = Attributes(verb, target.group, target.rbac_resource, target.namespace, target.name)
+        if not self._allowed(attrs):
+            return 403, forbidden(attrs, self.identity)
+        if verb == "list":
+            return 200, self._list(target, request.query)
+        proxied = target.subresource == "proxy" and target.resource == "services"
+        service, port = _service_port(target.name) if proxied else (target.name, "")
+        key = (target.group, target.namespace, target.resource, service)
+        if key not in self.objects:
+            return 404, status(404, "NotFound", f'{qualified(target.group, target.resource)} "{service}" not found')
+        if proxied:
+            return self._proxy(target, service, port, request.query)
+        if target.subresource:
+            return 404, status(404, "NotFound", f"the stand-in does not serve the {target.subresource} subresource")
+        if verb == "get":
+            return 200, copy.deepcopy(self.objects[key])
+        if verb == "patch":
+            return self._patch(key, request)
+        return 405, status(405, "MethodNotAllowed", f"the stand-in does not serve {request.method}")
+
+    def _list(self, target: Target, query: dict[str, list[str]]) -> dict[str, Any]:
+        labels = (query.get("labelSelector") or [""])[0]
+        fields = (query.get("fieldSelector") or [""])[0]
+        group, kind, _ = KINDS[target.resource]
+        items = []
+        for (g, ns, res, _name), obj in sorted(self.objects.items()):
+            if g != target.group or res != target.resource or (target.namespace and ns != target.namespace):
+                continue
+            if (labels and not labels_match(labels, obj)) or (fields and not fields_match(fields, obj)):
+                continue
+            item = copy.deepcopy(obj)
+            if group in BUILT_IN_GROUPS:  # the API server leaves kind and apiVersion out of built-in items
+                item.pop("kind", None)
+                item.pop("apiVersion", None)
+            items.append(item)
+        api_version = f"{group}/{target.version}" if group else target.version
+        return {"kind": f"{kind}List", "apiVersion": api_version, "metadata": {"resourceVersion": str(self._version)}, "items": items}
+
+    def _proxy(self, target: Target, service: str, port: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any] | Raw]:
+        """GET through the service proxy to the server registered for (namespace, service[:port])."""
+        upstream = self.proxies.get((target.namespace, f"{service}:{port}" if port else service))
+        if upstream is None:
+            return 503, status(503, "ServiceUnavailable", f'no endpoints available for service "{target.name}"')
+        if callable(upstream):
+            code, data, content_type = upstream(target.rest, query)
+            return code, Raw(data, content_type)
+        url = f"{upstream.rstrip('/')}/{target.rest}"
+        if query:
+            url += "?" + "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 - a local test server
+                return r.status, Raw(r.read(), r.headers.get("Content-Type", "application/octet-stream"))
+        except urllib.error.HTTPError as e:
+            return e.code, Raw(e.read(), e.headers.get("Content-Type", "text/plain"))
+        except OSError as e:
+            return 503, status(503, "ServiceUnavailable", f"error trying to reach service: {e}")
+
+    def _patch(self, key: tuple[str, str, str, str], request: Request) -> tuple[int, dict[str, Any] | Raw]:
         before = self.objects[key]
         try:
             if request.content_type == "application/json-patch+json":
@@ -215,6 +383,14 @@ class ApiStandIn:
         return 200, copy.deepcopy(after)
 
 
+def _service_port(name: str) -> tuple[str, str]:
+    """A service proxy's name, [scheme:]service[:port], as (service, port)."""
+    parts = name.split(":")
+    if parts[0] in ("http", "https") and len(parts) > 1:
+        parts = parts[1:]
+    return parts[0], parts[1] if len(parts) > 1 else ""
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
@@ -225,25 +401,6 @@ def merge_patch(target: Any, patch: Any) -> Any:
             out.pop(k, None)
         else:
             out[k] = merge_patch(out.get(k), v)
-    return out
-
-
-def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
-
-
-def _qualified(target: Target) -> str:
-    return f"{target.resource}.{target.group}" if target.group else target.resource
-
-
-def forbidden(verb: str, target: Target, user: str) -> dict[str, Any]:
-    group = f'"{target.group}"' if target.group else '""'
-    message = (
-        f'{_qualified(target)} "{target.name}" is forbidden: User "{user}" cannot {verb} resource "{target.resource}" '
-        f'in API group {group} in the namespace "{target.namespace}"'
-    )
-    out = status(403, "Forbidden", message)
-    out["details"] = {"name": target.name, "group": target.group, "kind": target.resource}
     return out
 
 
@@ -266,9 +423,12 @@ def _handler(api: ApiStandIn) -> type[BaseHTTPRequestHandler]:
                 self.headers.get("Authorization") == f"Bearer {TOKEN}",
             )
             code, answer = api.answer(request)
-            data = json.dumps(answer).encode()
+            if isinstance(answer, Raw):
+                data, content_type = answer.data, answer.content_type
+            else:
+                data, content_type = json.dumps(answer).encode(), "application/json"
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
