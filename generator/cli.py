@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "render": "generator.render.cli",
     "infra": "generator.infra.cli",
     "rehearse": "generator.rehearse.cli",
+    "doctor": "generator.cluster.doctor",
 }
 SUBCOMMANDS = tuple(COMMANDS)
 

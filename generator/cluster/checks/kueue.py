@@ -1,0 +1,75 @@
+"""With kueue.enabled: Kueue is installed, the LocalQueue the RayCluster names exists and is active,
+its ClusterQueue exists, and the ClusterQueue's nominal nvidia.com/gpu quota covers the release's
+GPUs (Kueue admits a workload only within quota; a cohort may lend more).
+
+Kueue's objects: LocalQueue (namespaced, spec.clusterQueue; status condition Active) and
+ClusterQueue (cluster-scoped, spec.resourceGroups[].flavors[].resources[].nominalQuota, optional
+spec.cohort), kueue.x-k8s.io, as https://kueue.sigs.k8s.io/docs/concepts/ describes them.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from generator.cluster.checks.context import Context
+from generator.cluster.report import Result, failed, passed, warned
+from generator.gke.sizing import parse_quantity
+
+NAME = "kueue-queue"
+GPU = "nvidia.com/gpu"
+
+
+def gpu_quota(cq: dict[str, Any]) -> Fraction:
+    total = Fraction(0)
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for r in flavor.get("resources") or []:
+                if r.get("name") == GPU:
+                    total += parse_quantity(r.get("nominalQuota", 0))
+    return total
+
+
+def _inactive(lq: dict[str, Any]) -> str:
+    for c in (lq.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Active" and c.get("status") == "False":
+            return c.get("message") or c.get("reason") or "inactive"
+    return ""
+
+
+def _cluster_queue(ctx: Context, version: str, name: str) -> Result:
+    cq = ctx.kube.get(f"/apis/kueue.x-k8s.io/{version}/clusterqueues/{name}")
+    if cq is None:
+        return failed(NAME, f"ClusterQueue {name} (the LocalQueue's) not found", "create it, or point the LocalQueue at one that exists")
+    quota, need = gpu_quota(cq), ctx.rendered.gpus
+    if quota < need:
+        msg = f"ClusterQueue {name} has {quota} nominal {GPU}, the release needs {need}"
+        if (cq.get("spec") or {}).get("cohort"):
+            return warned(NAME, f"{msg}; it may borrow from cohort {cq['spec']['cohort']}")
+        return failed(NAME, f"{msg}: Kueue never admits the RayCluster", f"raise the ClusterQueue's {GPU} nominalQuota or use fewer nodes")
+    return passed(
+        NAME, f"LocalQueue {ctx.namespace}/{ctx.value('kueue.queueName')} feeds ClusterQueue {name} ({quota} {GPU}, {need} needed)"
+    )
+
+
+def check(ctx: Context) -> Result:
+    if not ctx.value("kueue.enabled", False):
+        return passed(NAME, "not needed: kueue.enabled is false")
+    version = ctx.served_version("localqueues.kueue.x-k8s.io")
+    if version is None:
+        return failed(
+            NAME,
+            "kueue.enabled is true but Kueue is not installed (no CustomResourceDefinition localqueues.kueue.x-k8s.io)",
+            "install Kueue, or set kueue.enabled false",
+        )
+    queue = ctx.value("kueue.queueName", "")
+    lq = ctx.kube.get(f"/apis/kueue.x-k8s.io/{version}/namespaces/{ctx.namespace}/localqueues/{queue}")
+    if lq is None:
+        return failed(
+            NAME,
+            f"LocalQueue {ctx.namespace}/{queue} not found: the RayCluster would wait for admission forever",
+            f"create a LocalQueue {queue} in {ctx.namespace} pointing at a ClusterQueue, or set kueue.queueName to an existing one",
+        )
+    if why := _inactive(lq):
+        return failed(NAME, f"LocalQueue {ctx.namespace}/{queue} is not active: {why}", "kubectl describe localqueue " + queue)
+    return _cluster_queue(ctx, version, str((lq.get("spec") or {}).get("clusterQueue", "")))

@@ -1,0 +1,55 @@
+"""The shared volume: the Lustre CSI driver is registered (the chart's static PersistentVolume names
+it), and the volume's name is free; or the existing claim (storage.existingClaim) is there, bound
+and ReadWriteMany.
+
+The driver registers the CSIDriver object lustre.csi.storage.gke.io (the name the chart's
+PersistentVolume gives in csi.driver); infra.sh enables it with the cluster's LustreCsiDriver
+add-on and --enable-legacy-lustre-port.
+"""
+
+from __future__ import annotations
+
+from generator.cluster.checks.context import Context, helm_owner
+from generator.cluster.report import Result, failed, passed
+
+NAME = "storage"
+DRIVER = "lustre.csi.storage.gke.io"
+
+
+def _existing_claim(ctx: Context, claim: str) -> Result:
+    pvc = ctx.kube.get(f"/api/v1/namespaces/{ctx.namespace}/persistentvolumeclaims/{claim}")
+    if pvc is None:
+        return failed(
+            NAME, f"storage.existingClaim {claim} not found in namespace {ctx.namespace}", "create the claim first, or empty existingClaim"
+        )
+    phase = (pvc.get("status") or {}).get("phase")
+    modes = (pvc.get("spec") or {}).get("accessModes") or []
+    if "ReadWriteMany" not in modes:
+        return failed(
+            NAME, f"claim {claim} is {', '.join(modes) or 'without access modes'}, not ReadWriteMany", "use a ReadWriteMany claim"
+        )
+    if phase != "Bound":
+        return failed(NAME, f"claim {claim} is {phase or 'not bound'}", f"kubectl -n {ctx.namespace} describe pvc {claim}")
+    return passed(NAME, f"claim {claim} is Bound and ReadWriteMany")
+
+
+def check(ctx: Context) -> Result:
+    claim = ctx.value("storage.existingClaim", "")
+    if claim:
+        return _existing_claim(ctx, claim)
+    if ctx.kube.get(f"/apis/storage.k8s.io/v1/csidrivers/{DRIVER}") is None:
+        return failed(
+            NAME,
+            f"the Lustre CSI driver is not registered (no CSIDriver {DRIVER}): the workers' volume never mounts",
+            "gcloud container clusters update CLUSTER --location LOCATION --update-addons=LustreCsiDriver=ENABLED "
+            "--enable-legacy-lustre-port (infra.sh creates clusters with it)",
+        )
+    for pv in ctx.rendered.of_kind("PersistentVolume"):
+        existing = ctx.kube.get(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+        if existing is not None and helm_owner(existing) != (ctx.namespace, ctx.release):
+            return failed(
+                NAME,
+                f"PersistentVolume {pv['metadata']['name']} exists and is not this release's: helm install would refuse it",
+                "install with the release name and namespace that made it, or set storage.existingClaim to its claim",
+            )
+    return passed(NAME, f"CSIDriver {DRIVER} is registered; the chart's PersistentVolume is free to create")
