@@ -130,7 +130,8 @@ class Target:
             return None
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
-        return cls(group, version, namespace, rest[0], name, sub, "/".join(rest[3:]))
+        tail = "/".join(rest[3:]) + ("/" if len(rest) > 3 and path.endswith("/") else "")  # a proxied path keeps its slash
+        return cls(group, version, namespace, rest[0], name, sub, tail)
 
     @property
     def rbac_resource(self) -> str:
