@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "infra": "generator.infra.cli",
     "rehearse": "generator.rehearse.cli",
     "doctor": "generator.cluster.doctor",
+    "status": "generator.cluster.status",
 }
 SUBCOMMANDS = tuple(COMMANDS)
 
