@@ -557,6 +557,12 @@ def test_notes_explain_how_to_watch_and_reach_the_dashboard(helms):
     assert "placeholder instance" in notes
     assert "This release owns the cluster-wide GKE network objects (gvnic-1, rdma-0..rdma-7)" in notes
     assert "--existing-networks" in notes
+    # How to follow the run and when to run helm test; the launcher Job's name is the rendered one.
+    job = next(o for o in render(helm, [], namespace="ml") if o["kind"] == "Job" and "-run-" in o["metadata"]["name"])
+    assert f"kubectl logs -n ml -f job/{job['metadata']['name']}" in notes
+    assert "one line per training step (step of max steps, mean reward," in notes
+    assert "python -m generator status nemo-rl -n ml --watch" in notes
+    assert "Run `helm test nemo-rl -n ml` once the 2 GPU worker(s) are Ready" in notes and "GPUs, and eth0..eth9 on each worker." in notes
     assert "suspends the RayCluster (under Kueue: scales its GPU worker groups to 0)" in notes
     quiet = helm.run(["install", "nemo-rl", str(CHART), "--dry-run=client", "--set", "network.createObjects=false"])
     assert "owns the cluster-wide" not in quiet.split("NOTES:", 1)[1]
