@@ -275,3 +275,23 @@ def test_layered_values_merge_as_validate_merges_them(api, tmp_path, capsys):
     assert rc == 1
     assert "LocalQueue" not in lines_of(out)["kueue-queue"] and "Kueue is not installed" in lines_of(out)["kueue-queue"]
     assert f"doctor: {TUTORIAL} -f {more} --set kueue.queueName=... as release nemo-rl" in out
+
+
+def test_pod_security_levels_judge_each_rendered_pod_by_the_standards_controls(tutorial):
+    from generator.cluster.checks.pod_security import refused
+
+    pods = {pod.where: pod.spec for pod in tutorial.pods()}
+    worker = pods["RayCluster/nemo-rl workerGroupSpecs[0]"]
+    launcher = next(spec for where, spec in pods.items() if where.startswith("Job/nemo-rl-run-"))
+    assert refused("privileged", worker) == []
+    assert refused("baseline", worker) == ["hostPath volumes nvidia-driver, gib"]
+    assert refused("baseline", pods["RayCluster/nemo-rl head"]) == [] and refused("baseline", launcher) == []
+    # The Jobs drop every capability, forbid privilege escalation and use RuntimeDefault seccomp;
+    # restricted also wants runAsNonRoot.
+    assert refused("restricted", launcher) == ["container launcher without runAsNonRoot: true"]
+    privileged = {"containers": [{"name": "c", "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}]}
+    assert refused("baseline", privileged | {"hostNetwork": True}) == [
+        "hostNetwork",
+        "privileged container c",
+        "container c adds capabilities SYS_ADMIN",
+    ]

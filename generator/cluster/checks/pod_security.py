@@ -69,22 +69,26 @@ def restricted(spec: dict[str, Any]) -> Iterator[str]:
         yield f"volume types {', '.join(other)}"
     pod_sc = spec.get("securityContext") or {}
     for c in _containers(spec):
-        sc = c.get("securityContext") or {}
-        name = c.get("name")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            yield f"container {name} without allowPrivilegeEscalation: false"
-        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
-            yield f"container {name} without runAsNonRoot: true"
-        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
-            yield f"container {name} runs as user 0"
-        seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            yield f"container {name} without seccompProfile RuntimeDefault"
-        caps = sc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or []):
-            yield f"container {name} does not drop ALL capabilities"
-        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
-            yield f"container {name} adds capabilities"
+        yield from _restricted_container(c, pod_sc)
+
+
+def _restricted_container(c: dict[str, Any], pod_sc: dict[str, Any]) -> Iterator[str]:
+    sc = c.get("securityContext") or {}
+    name = c.get("name")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        yield f"container {name} without allowPrivilegeEscalation: false"
+    if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+        yield f"container {name} without runAsNonRoot: true"
+    if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+        yield f"container {name} runs as user 0"
+    seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+    if seccomp not in ("RuntimeDefault", "Localhost"):
+        yield f"container {name} without seccompProfile RuntimeDefault"
+    caps = sc.get("capabilities") or {}
+    if "ALL" not in (caps.get("drop") or []):
+        yield f"container {name} does not drop ALL capabilities"
+    if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+        yield f"container {name} adds capabilities"
 
 
 def refused(level: str, spec: dict[str, Any]) -> list[str]:
