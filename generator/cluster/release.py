@@ -69,15 +69,12 @@ def requests(spec: dict[str, Any], key: str = "requests") -> dict[str, Fraction]
 def render(config: Configuration, release: str, namespace: str) -> Rendered:
     """The chart's objects for these values, release and namespace; an InputError (one line) when
     Helm cannot render them."""
-    from generator.render.helm import HelmError, HelmMissing, default_helm
+    from generator.render.helm import HelmError, pinned_or_input_error
     from generator.render.manifests import parse_documents
 
     if not isinstance(config.values, dict):
         raise InputError(f"{config.name}: not a values mapping")
-    try:
-        helm = default_helm()
-    except HelmMissing as e:
-        raise InputError(str(e)) from None
+    helm = pinned_or_input_error()
     with tempfile.TemporaryDirectory(prefix="nemo-rl-gke-doctor-") as tmp:
         path = Path(tmp) / "values.json"
         path.write_text(json.dumps(config.values), encoding="utf-8")

@@ -95,3 +95,13 @@ def default_helm(user_path: str | None = None) -> Helm:
             raise HelmMissing(f"--helm {user_path}: cannot run it ({e})") from None
         return Helm(path, out.strip().split("+")[0] or "unknown")
     return pinned(HELM4)
+
+
+def pinned_or_input_error() -> Helm:
+    """The pinned Helm 4, or an InputError (one line, exit 2) saying how to install it."""
+    from generator.values.files import InputError
+
+    try:
+        return default_helm()
+    except HelmMissing as e:
+        raise InputError(str(e)) from None

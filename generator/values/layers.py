@@ -85,14 +85,11 @@ def layers(files: Sequence[Path], sets: Sequence[tuple[str, str]], chart_default
 
 def merge(spec: Layers) -> dict[str, Any]:
     """The values `helm install -f ... --set ...` would use, computed by the pinned Helm."""
-    from generator.render.helm import HelmError, HelmMissing, default_helm
+    from generator.render.helm import HelmError, pinned_or_input_error
 
     for f in spec.files:
         load_values(f)  # size, type, YAML syntax and duplicate keys, each a one-line error naming the file
-    try:
-        helm = default_helm()
-    except HelmMissing as e:
-        raise InputError(str(e)) from None
+    helm = pinned_or_input_error()
     with tempfile.TemporaryDirectory(prefix="nemo-rl-gke-layers-") as tmp:
         chart = Path(tmp) / "layers"
         (chart / "templates").mkdir(parents=True)

@@ -230,29 +230,21 @@ def test_what_the_user_may_not_read_is_named_not_checked(api, tmp_path, capsys):
     assert rc == 1
 
 
+def doctor_process(config: Path) -> subprocess.CompletedProcess[str]:
+    """doctor as a whole process, as a user runs it."""
+    args = [sys.executable, "-m", "generator", "doctor", str(TUTORIAL), "--kubeconfig", str(config)]
+    return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=False)
+
+
 def test_an_unreachable_api_server_is_one_line_naming_it(api, tmp_path):
-    config = kubeconfig(api, tmp_path, server="https://127.0.0.1:9")  # nothing listens on port 9
-    proc = subprocess.run(
-        [sys.executable, "-m", "generator", "doctor", str(TUTORIAL), "--kubeconfig", str(config)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    proc = doctor_process(kubeconfig(api, tmp_path, server="https://127.0.0.1:9"))  # nothing listens on port 9
     assert proc.returncode == 2
     assert proc.stderr == "error: cannot reach the Kubernetes API server at https://127.0.0.1:9 (context stand-in): connection refused\n"
     assert proc.stdout == ""
 
 
 def test_refused_credentials_are_one_line_naming_the_server(api, tmp_path):
-    config = kubeconfig(api, tmp_path, token="expired-token")  # noqa: S106 - not a credential anywhere
-    proc = subprocess.run(
-        [sys.executable, "-m", "generator", "doctor", str(TUTORIAL), "--kubeconfig", str(config)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    proc = doctor_process(kubeconfig(api, tmp_path, token="expired-token"))  # noqa: S106 - not a credential anywhere
     assert proc.returncode == 2
     assert proc.stderr.startswith(
         f"error: the Kubernetes API server at {api.server} refused the credentials of context stand-in (401 Unauthorized)"

@@ -47,6 +47,14 @@ class Context:
         stored = next((v for v in versions if v.get("storage")), versions[0] if versions else None)
         return stored["name"] if stored else None
 
+    def taken(self, path: str) -> str:
+        """Who holds the object at `path` when it exists and is not this release's (Helm would
+        refuse to create or adopt it): "release NS/NAME" or "no Helm release"; "" when it is free."""
+        obj = self.kube.get(path)
+        if obj is None or (owner := helm_owner(obj)) == (self.namespace, self.release):
+            return ""
+        return f"release {owner[0]}/{owner[1]}" if owner else "no Helm release"
+
     def gpu_nodes(self) -> list[dict[str, Any]]:
         """The nodes of the values' accelerator (cloud.google.com/gke-accelerator)."""
         return self.kube.items("/api/v1/nodes", labels=f"{ACCELERATOR_LABEL}={self.value('accelerator.nodeLabel', '')}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from generator.cluster.checks.context import Context, helm_owner, listed
+from generator.cluster.checks.context import Context, listed
 from generator.cluster.kube import Forbidden
 from generator.cluster.report import Result, failed, passed, warned
 from generator.infra.steps import INSTALLERS
@@ -98,10 +98,7 @@ def _present_as_planned(ctx: Context, n: dict[str, Any]) -> str:
 def _foreign(ctx: Context, n: dict[str, Any]) -> list[str]:
     out = []
     for kind, resource in (("GKENetworkParamSet", "gkenetworkparamsets"), ("Network", "networks")):
-        obj = ctx.kube.get(f"{NETWORKS}/{resource}/{n['name']}")
-        if obj is not None and helm_owner(obj) != (ctx.namespace, ctx.release):
-            owner = helm_owner(obj)
-            who = f"release {owner[0]}/{owner[1]}" if owner else "no Helm release"
+        if who := ctx.taken(f"{NETWORKS}/{resource}/{n['name']}"):
             out.append(f"{kind} {n['name']} ({who})")
     return out
 

@@ -9,7 +9,7 @@ add-on and --enable-legacy-lustre-port.
 
 from __future__ import annotations
 
-from generator.cluster.checks.context import Context, helm_owner
+from generator.cluster.checks.context import Context
 from generator.cluster.report import Result, failed, passed
 
 NAME = "storage"
@@ -45,11 +45,10 @@ def check(ctx: Context) -> Result:
             "--enable-legacy-lustre-port (infra.sh creates clusters with it)",
         )
     for pv in ctx.rendered.of_kind("PersistentVolume"):
-        existing = ctx.kube.get(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
-        if existing is not None and helm_owner(existing) != (ctx.namespace, ctx.release):
+        if who := ctx.taken(f"/api/v1/persistentvolumes/{pv['metadata']['name']}"):
             return failed(
                 NAME,
-                f"PersistentVolume {pv['metadata']['name']} exists and is not this release's: helm install would refuse it",
+                f"PersistentVolume {pv['metadata']['name']} exists ({who}): helm install would refuse it",
                 "install with the release name and namespace that made it, or set storage.existingClaim to its claim",
             )
     return passed(NAME, f"CSIDriver {DRIVER} is registered; the chart's PersistentVolume is free to create")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from generator.cluster.checks.context import Context, helm_owner, listed
+from generator.cluster.checks.context import Context, listed
 from generator.cluster.report import Result, failed, passed
 
 NAME = "token-secret"
@@ -70,11 +70,10 @@ def check(ctx: Context) -> Result:
         return _external(ctx)
     if source == "files":
         for s in ctx.rendered.of_kind("Secret"):
-            existing = ctx.kube.get(f"/api/v1/namespaces/{ctx.namespace}/secrets/{s['metadata']['name']}")
-            if existing is not None and helm_owner(existing) != (ctx.namespace, ctx.release):
+            if who := ctx.taken(f"/api/v1/namespaces/{ctx.namespace}/secrets/{s['metadata']['name']}"):
                 return failed(
                     NAME,
-                    f"Secret {s['metadata']['name']} exists and is not this release's: helm install would refuse it",
+                    f"Secret {s['metadata']['name']} exists ({who}): helm install would refuse it",
                     f"use it with secrets.source existing (secrets.existingSecret {s['metadata']['name']}), or delete it",
                 )
         return passed(NAME, "the chart creates the token Secret from --set-file at install time")
