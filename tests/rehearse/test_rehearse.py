@@ -5,6 +5,7 @@ Clusters that cannot place the run, and Ray process cleanup: test_rehearse_failu
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,6 +199,10 @@ class TestOnTheTutorialsTopology:
             assert line in out, out
         which = "every alive Ray node, head included" if release == "v0.5.0" else "every alive Ray node with CPUs"
         assert f"STRICT_SPREAD 3 x {{CPU: 1}} on {which} -> placed" in out
+        # The launcher's progress line for each step, from the stand-in's NeMo RL step header and time.
+        progress = [line.split("] ", 1)[1] for line in out.splitlines() if line.startswith("[launcher ") and "] step " in line]
+        assert [p.split(":")[0] for p in progress] == ["step 1/3", "step 2/3", "step 3/3"], out
+        assert all(re.match(r"step \d/3: step time \d+\.\d s", p) for p in progress), progress
 
     def test_more_nodes_than_worker_replicas_times_out_like_nemo_rl(self, tutorial: LocalCluster, tmp_values: Path) -> None:
         path = write(tmp_values, "three-nodes", with_override(build(Options(gpu="h200")), "cluster.num_nodes", "3"))

@@ -62,7 +62,7 @@ class Step:
 def _duration(seconds: float) -> str:
     minutes = round(seconds / 60)
     if minutes < 60:
-        return f"{max(minutes, 1)} min" if seconds >= 30 else f"{seconds:.0f} s"
+        return f"{max(minutes, 1)} min" if seconds >= 30 else f"{max(1, round(seconds))} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
 

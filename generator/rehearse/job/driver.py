@@ -16,7 +16,8 @@ scaled-down waits. The order and shapes of the requests follow NeMo RL:
   4. per worker group: a STRICT_SPREAD group of {CPU: 1} on every alive node to build
      virtualenvs, waited for without a timeout (v0.7.0 leaves out nodes with 0 CPUs);
   5. training: resume from the highest step_N in the checkpoint folder, write tmp_step_N and
-     rename it to step_N.
+     rename it to step_N; each step prints NeMo RL's step header and step time, so the launcher
+     prints its progress line per step.
 Results are appended as one JSON line per attempt to the plan's result file.
 Exit status: 0 every request placed and training finished; 1 otherwise.
 """
@@ -31,7 +32,7 @@ import time
 from typing import Any
 
 from generator.rehearse.checkpoints import latest_step, save
-from generator.rehearse.job.nemo_rl import Failure, shape, virtual_clusters
+from generator.rehearse.job.nemo_rl import Failure, shape, step_header, step_timing, virtual_clusters
 
 NODE_LABEL = "nemo-rl-gke/pod"
 
@@ -310,7 +311,10 @@ class StandIn:
             ray.get([w.step.remote(0) for _, w in workers], timeout=self.t["actor_wait_s"])
             say(f"training workers running on {', '.join(n for n, _ in workers)}")
         for step in range(start + 1, int(p["steps"]) + 1):
+            print(step_header(step, int(p["steps"])), flush=True)
+            began = time.monotonic()
             self._step(workers, step)
+            print(step_timing(time.monotonic() - began), flush=True)
             if p["checkpointing"]:
                 save(ckpt, step, attempt_id())
                 say(f"step {step}/{p['steps']}: checkpoint written: {os.path.join(ckpt, f'step_{step}')}")

@@ -18,6 +18,18 @@ class Failure(Exception):
         self.nemo_rl, self.explanation, self.key, self.hint = nemo_rl, explanation, key, hint
 
 
+def step_header(step: int, steps: int) -> str:
+    """The line NeMo RL prints as a training step starts (nemo_rl/algorithms/grpo.py, grpo_train and
+    async_grpo_train, v0.5.0-v0.7.0: 25 '=' on each side), which the launcher's progress lines read."""
+    return f"\n{'=' * 25} Step {step}/{steps} {'=' * 25}"
+
+
+def step_timing(seconds: float) -> str:
+    """NeMo RL's step time under "Timing" (grpo.py, grpo_train: "  • Total step time: %.2fs"). The
+    stand-in prints no reward or throughput: no model runs here."""
+    return f"\n⏱️  Timing:\n  • Total step time: {seconds:.2f}s"
+
+
 def shape(bundle: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in bundle.items()) + "}"
 
