@@ -43,7 +43,6 @@ class Kube:
     context: str
     namespace: str  # the context's namespace, or the one asked for
     client: Any  # kubernetes.client.ApiClient
-    reads: int = 0
     _cache: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = field(default_factory=dict)
 
     # --- reads ------------------------------------------------------------------------------
@@ -82,7 +81,11 @@ class Kube:
         return bool((answer.get("status") or {}).get("allowed"))
 
     def version(self) -> dict[str, Any]:
-        return self.get("/version") or {}
+        """The server's version; {} when it will not say (it answered: it is reachable)."""
+        try:
+            return self.get("/version") or {}
+        except (ApiError, ValueError):
+            return {}
 
     # --- transport --------------------------------------------------------------------------
 
@@ -90,7 +93,6 @@ class Kube:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError as Urllib3Error
 
-        self.reads += method == "GET"
         headers = {"Accept": "application/json, */*"} | ({"Content-Type": "application/json"} if body is not None else {})
         try:
             request = self.client.param_serialize(

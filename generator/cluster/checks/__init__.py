@@ -1,7 +1,8 @@
 """doctor's checks, in the order they print: each a function of the Context, one Result each.
 
 A check that the caller may not read for (403) becomes a warning saying what was not checked;
-any other error answer of the API server, a warning naming it. An unreachable or unauthorised
+any other error answer of the API server, or an object in a shape not foreseen, a warning naming
+it. An unreachable or unauthorised
 API server stops everything (ClusterError: one line, exit status 2).
 """
 
@@ -38,4 +39,6 @@ def run(ctx: Context) -> list[Result]:
             results.append(warned(name, f"not checked: {e}", "ask for read access to it, or run doctor as someone who has it"))
         except ApiError as e:
             results.append(warned(name, f"not checked: the API server answered {e.code} to GET {e.path}: {e}"))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # an object in a shape not foreseen
+            results.append(warned(name, f"not checked: an answer of the API server had an unexpected shape ({type(e).__name__}: {e})"))
     return results
