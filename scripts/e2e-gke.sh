@@ -82,7 +82,9 @@ done
 dir="${E2E_DIR:-.cache/e2e-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$dir"
 release='nemo-rl'
-infra_args=(--gpu "$gpu" --nodes 1 --project "$project" --region "$region" --zone "$zone" --cluster "$cluster")
+namespace='nemo-rl'
+infra_args=(--gpu "$gpu" --nodes 1 --project "$project" --region "$region" --zone "$zone" --cluster "$cluster"
+  --namespace "$namespace" --values-out "$dir/values-infra.yaml")
 started="$(date +%s)"
 
 say() {
@@ -97,7 +99,7 @@ teardown() {
     exit "$rc"
   fi
   say "helm uninstall, then the teardown script"
-  "$HELM" uninstall "$release" --wait --timeout 15m >/dev/null 2>&1 || true
+  "$HELM" uninstall "$release" --namespace "$namespace" --wait --timeout 15m >/dev/null 2>&1 || true
   if [ -f "$dir/teardown.sh" ]; then
     bash "$dir/teardown.sh" --yes 2>&1 | tee "$dir/teardown.log" || rc=1
   fi
@@ -111,32 +113,26 @@ say "writing the bring-up and teardown scripts into $dir"
 trap teardown EXIT
 
 say "bring-up (infra.sh): cluster, GPU pool, RDMA installer, Lustre"
-bash "$dir/infra.sh" --execute 2>&1 | tee "$dir/infra.log"
+bash "$dir/infra.sh" --execute --yes 2>&1 | tee "$dir/infra.log"  # you confirmed above
 
-lustre() {  # the value infra.sh printed for storage.lustre.$1
-  sed -n "s/^  $1: *//p" "$dir/infra.log" | tail -n 1
-}
-handle="$(lustre volumeHandle)" ip="$(lustre ip)" fs="$(lustre filesystem)"
-if [ -z "$handle" ] || [ -z "$ip" ] || [ -z "$fs" ]; then
-  die "infra.sh printed no storage.lustre values (see $dir/infra.log)"
+if [ ! -s "$dir/values-infra.yaml" ]; then
+  die "infra.sh wrote no values overlay $dir/values-infra.yaml (see $dir/infra.log)"
 fi
-values=(-f "examples/quickstart-$gpu.yaml"
-  --set "storage.lustre.volumeHandle=$handle" --set "storage.lustre.ip=$ip" --set "storage.lustre.filesystem=$fs"
-  --set serviceAccount.create=false --set serviceAccount.name=nemo-rl-ksa)
+values=(-f "examples/quickstart-$gpu.yaml" -f "$dir/values-infra.yaml")
 
 say "validate and doctor, with the values helm install gets"
 "$PY" -m generator validate "${values[@]:1}"
-"$PY" -m generator doctor "${values[@]:1}" --namespace default | tee "$dir/doctor.log"
+"$PY" -m generator doctor "${values[@]:1}" --namespace "$namespace" | tee "$dir/doctor.log"
 
 say "helm install $release"
-"$HELM" install "$release" charts/nemo-rl-gke --namespace default "${values[@]}" | tee "$dir/install.log"
+"$HELM" install "$release" charts/nemo-rl-gke --namespace "$namespace" "${values[@]}" | tee "$dir/install.log"
 
 say "status every minute until step 2 with a mean reward above 0 (at most $timeout_min min)"
 deadline=$(( $(date +%s) + timeout_min * 60 ))
 reached=''
 while [ "$(date +%s)" -lt "$deadline" ]; do
-  "$PY" -m generator status "$release" --namespace default | tee -a "$dir/status.log" || true
-  reached="$("$PY" -m generator status "$release" --namespace default --format json 2>/dev/null | "$PY" -c '
+  "$PY" -m generator status "$release" --namespace "$namespace" | tee -a "$dir/status.log" || true
+  reached="$("$PY" -m generator status "$release" --namespace "$namespace" --format json 2>/dev/null | "$PY" -c '
 import json, sys
 p = (json.load(sys.stdin).get("progress") or {})
 latest = p.get("latest") or {}
@@ -152,5 +148,5 @@ if [ "$reached" != yes ]; then
 fi
 
 say "helm test $release"
-"$HELM" test "$release" --namespace default --logs | tee "$dir/helm-test.log"
+"$HELM" test "$release" --namespace "$namespace" --logs | tee "$dir/helm-test.log"
 say "end to end: PASS"
