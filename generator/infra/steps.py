@@ -114,7 +114,12 @@ def owner_mark(o: InfraOptions) -> str:
 
 
 def installer_url(o: InfraOptions) -> str:
-    return f"{INSTALLER_BASE.format(commit=o.rdma_installer_commit)}/{INSTALLERS[o.mode][0]}"
+    return installer_manifest_url(o.mode, o.rdma_installer_commit)
+
+
+def installer_manifest_url(mode: str, commit: str = RDMA_INSTALLER_COMMIT) -> str:
+    """The NCCL RDMA installer manifest for a GKE mode, at a pinned commit."""
+    return f"{INSTALLER_BASE.format(commit=commit)}/{INSTALLERS[mode][0]}"
 
 
 def min_version(o: InfraOptions) -> versions.Floor:

@@ -6,7 +6,7 @@ The installer is the DaemonSet nccl-rdma-installer (label k8s-app=nccl-rdma-inst
 manifests, gpudirect-rdma/nccl-rdma-installer.yaml (kube-system, Standard) and
 nccl-rdma-installer-autopilot.yaml (rdma-system, Autopilot), in
 GoogleCloudPlatform/container-engine-accelerators; infra.sh applies the one for its mode
-(generator/infra/steps.py, INSTALLERS). It writes the gIB NCCL plugin into /home/kubernetes/bin/gib
+(generator/infra/steps.py, INSTALLERS, at the pinned RDMA_INSTALLER_COMMIT). It writes the gIB NCCL plugin into /home/kubernetes/bin/gib
 on each GPU node, which the workers mount.
 
 Helm creates an object only when none of that name exists or the existing one carries this
@@ -21,7 +21,7 @@ from typing import Any
 from generator.cluster.checks.context import Context, listed
 from generator.cluster.kube import Forbidden
 from generator.cluster.report import Result, failed, passed, warned
-from generator.infra.steps import INSTALLERS
+from generator.infra.steps import INSTALLERS, installer_manifest_url
 
 INSTALLER = "nccl-rdma-installer"
 NETWORKS = "/apis/networking.gke.io/v1"
@@ -49,7 +49,8 @@ def installer(ctx: Context) -> Result:
     name = "rdma-installer"
     if not _rdma(ctx):
         return passed(name, f"not needed: network.mode is {ctx.value('network.mode')}")
-    url, ns = INSTALLERS[str(ctx.value("gke.mode", "standard"))]
+    mode = str(ctx.value("gke.mode", "standard"))
+    url, ns = installer_manifest_url(mode), INSTALLERS[mode][1]
     if ctx.kube.get(f"/apis/apps/v1/namespaces/{ns}/daemonsets/{INSTALLER}") is None:
         return failed(name, f"DaemonSet {ns}/{INSTALLER} not found: the workers' gIB folder stays empty", f"kubectl apply -f {url}")
     try:
