@@ -644,7 +644,9 @@ def wait_for_gpus(spec: Spec, ledger: Ledger | None = None) -> None:
             spec.timeout("gpus_s"),
             spec.poll_interval_s,
             enough,
-            "GPU nodes may be unavailable (quota, Spot capacity, reservation) or the workers not Ready",
+            "GPU nodes may be unavailable (quota, Spot capacity, reservation) or the workers not Ready; a worker pod the "
+            "API server refused (e.g. by the namespace's Pod Security level) shows as a FailedToCreateWorkerPod event: "
+            "kubectl get events --field-selector reason=FailedToCreateWorkerPod",
         )
     except LaunchFailed as e:
         nodes, gpus = cluster_gpus(spec.address)
