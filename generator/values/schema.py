@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -177,11 +178,25 @@ def _describe(error: Any, document: Any = None) -> tuple[str, str]:
     return dotted(path), message
 
 
+def _non_finite(node: Any, path: list[Any]) -> Iterator[SchemaError]:
+    """YAML's .nan and .inf: JSON Schema's "number" lets them through (every comparison with NaN is
+    false), but neither Helm's JSON nor Kubernetes has them."""
+    if isinstance(node, float) and not math.isfinite(node):
+        yield SchemaError(dotted(path), f"{node!r} is not a number Helm or Kubernetes accepts")
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from _non_finite(v, [*path, k])
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _non_finite(v, [*path, i])
+
+
 def iter_errors(document: Any) -> Iterator[SchemaError]:
     errors = sorted(_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     for e in errors:
         path, message = _describe(e, document)
         yield SchemaError(path, message)
+    yield from _non_finite(document, [])
 
 
 def description(path: tuple[str | int, ...]) -> str | None:
