@@ -38,6 +38,8 @@ def make_spec(rendered: Rendered, address: str, entrypoint: str, checkpoint_dir:
     )
     if spec.get("outcome_dir"):  # the run's outcome beside the local checkpoints, not in /var/lib
         spec["outcome_dir"] = spec["outcome_volume_dir"] = str(checkpoint_dir.parent / "launcher")
+    if spec.pop("config_verdict", None):
+        notes.append("config_verdict dropped (on GKE the preparation Job checks the run with the image's own NeMo RL code first)")
     if spec.pop("gpu_release", None):
         notes.append("gpu_release dropped (releasing the GPU workers needs the Kubernetes API; the tests cover it)")
     local_ray = _local_ray_version()

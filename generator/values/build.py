@@ -181,6 +181,7 @@ def launcher_values() -> dict[str, Any]:
 def prepare_values(rel: releases.NemoRlRelease) -> dict[str, Any]:
     return {
         "enabled": True,
+        "checkRun": True,
         "downloadModel": True,
         "gsm8kJsonlDir": grpo.gsm8k_jsonl_dir(rel, MOUNT_PATH),
         "runAsUser": 0,

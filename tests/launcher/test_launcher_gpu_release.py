@@ -104,7 +104,7 @@ def kuberay(api: ApiStandIn, cluster: LocalCluster) -> KubeRay:
 def launcher_spec(rendered: dict[str, Any], api: ApiStandIn, tmp_path: Path, rid: str, **changes: Any) -> dict[str, Any]:
     """The chart's launch spec with what a laptop needs changed: the stand-ins and short waits."""
     spec = dict(rendered["spec"])
-    for key in ("address", "metadata", "wait_for_files", "max_num_steps", "expected_interfaces", "ray_version"):
+    for key in ("address", "metadata", "wait_for_files", "config_verdict", "max_num_steps", "expected_interfaces", "ray_version"):
         spec.pop(key)  # the harness sets the address and metadata; nothing to wait for or compare here
     spec["gpu_release"] = dict(spec["gpu_release"], service_account_dir=str(api.service_account_dir))
     (tmp_path / "checkpoints").mkdir(exist_ok=True)

@@ -56,7 +56,9 @@ def test_spec_changes_only_what_a_laptop_needs(tmp_values: Path) -> None:
     assert changed == local | {"outcome_dir", "outcome_volume_dir"}
     assert spec["outcome_dir"] == spec["outcome_volume_dir"] == "/tmp/launcher"  # beside the local checkpoints
     assert "gpu_release" in rendered.launch_spec and "gpu_release" not in spec
+    assert "config_verdict" in rendered.launch_spec and "config_verdict" not in spec
     assert notes == [
+        "config_verdict dropped (on GKE the preparation Job checks the run with the image's own NeMo RL code first)",
         "gpu_release dropped (releasing the GPU workers needs the Kubernetes API; the tests cover it)",
         "max_restarts 3 -> 0 (a placement failure fails every attempt alike)",
     ]

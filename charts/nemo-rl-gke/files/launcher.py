@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import config_check
 import launcher_outcome
 import launcher_workers
 from launcher_kube import KubeApi, KubeError
@@ -89,6 +90,7 @@ class Spec:
     gpu_release: dict[str, Any] = field(default_factory=dict)  # see launcher_workers.Workers; {}: never
     outcome_dir: str = ""  # where the run's outcome is kept (the launcher's writable folder); "": nowhere
     outcome_volume_dir: str = ""  # the same folder as the shared volume shows it to other pods
+    config_verdict: str = ""  # the preparation Job's verdict on this run (config_check.py); "": none to wait for
 
     def workers(self) -> launcher_workers.Workers | None:
         if not self.gpu_release:
@@ -220,6 +222,7 @@ SPEC_KEYS: dict[str, Key] = {
     "gpu_release": Key((dict,), check=_gpu_release),
     "outcome_dir": Key((str,), check=_absolute_dir),
     "outcome_volume_dir": Key((str,), check=_absolute_dir),
+    "config_verdict": Key((str,), check=_absolute_dir),
 }
 TIMEOUT_KEYS = ("files_s", "head_s", "gpus_s", "previous_s", "running_s", "release_s")
 RELEASE_WAIT_S = 600  # how long the launcher waits to see the GPU workers gone, unless timeouts.release_s
@@ -620,6 +623,37 @@ def wait_for_files(spec: Spec) -> None:
         log(f"preparation complete: {path}")
 
 
+def release_refusal(spec: Spec) -> str:
+    """Wait for the preparation Job's verdict on this very run (NeMo RL's own config code, in the
+    image); NeMo RL's refusal with the values key to change, or "" to go on."""
+    if not spec.config_verdict:
+        return ""
+    _wait(
+        f"{spec.config_verdict} (the run checked by its release in the image, by the preparation Job)",
+        spec.timeout("files_s"),
+        spec.poll_interval_s,
+        lambda: os.path.exists(spec.config_verdict),
+        "check the preparation Job's logs (kubectl logs job/<release>-prepare-...)",
+    )
+    verdict, problem = config_check.read_verdict(spec.config_verdict)
+    if verdict is None or verdict.submission_id != spec.submission_id:
+        log(f"{problem or 'the check verdict is for another run'}; going on without it")
+        return ""
+    if verdict.state == "refused":
+        return verdict.message
+    log(verdict.message)
+    return ""
+
+
+def release_unless_busy(spec: Spec, ledger: Ledger) -> None:
+    """Release the GPU workers for a run that never starts, unless another run of this release
+    still uses them (a changed run after `helm upgrade` while the previous one goes on)."""
+    if spec.workers() is not None and head_healthy(spec.address) and (others := Runs(spec).others_active()):
+        log(f"the GPU workers stay: {others[0].submission_id} of this release is still active")
+        return
+    release_workers(spec, ledger)
+
+
 def wait_for_head(spec: Spec) -> None:
     _wait(
         f"the Ray head at {spec.address}",
@@ -704,6 +738,7 @@ class Decision:
     final: str = ""  # STOP at the run's end: the outcome to record (succeeded, stopped, failed); "": none
     reason: str = ""  # with final: completed, stopped-by-user, out-of-restarts or stalled
 
+
 # How to run a run again that has ended (its outcome is recorded, so the same run spec is never
 # submitted twice): a changed run spec is a new run, which resumes from the newest checkpoint.
 RUN_AGAIN = (
@@ -737,8 +772,7 @@ def decide(spec: Spec, seen: Seen) -> Decision:
     if seen.status == "STOPPED":
         return Decision(
             STOP,
-            f"{job_id} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop); "
-            f"not resubmitting; {RUN_AGAIN}",
+            f"{job_id} was stopped (`ray job stop`, or a newer release's launcher with previousRuns: stop); not resubmitting; {RUN_AGAIN}",
             EXIT_FINAL,
             final="" if seen.started else "stopped",
             reason="" if seen.started else "stopped-by-user",
@@ -817,9 +851,13 @@ def _after_record(spec: Spec, seen: Seen, job_id: str) -> Decision:
 
 def launch(spec: Spec) -> int:
     log(f"run {spec.submission_id}: {spec.entrypoint}")
-    wait_for_files(spec)
     ledger = Ledger(sum(spec.gpu_release.get("groups", {}).values()) or max(0, spec.expected_nodes - 1))
     progress = Progress(spec.max_num_steps)
+    if refusal := release_refusal(spec):
+        log(f"FAILED, nothing submitted: {refusal}")
+        release_unless_busy(spec, ledger)
+        return EXIT_FINAL
+    wait_for_files(spec)
     record = read_outcome(spec)
     if record is not None and (first := decide(spec, record)).action == STOP:
         log(first.why)  # ended for good under an earlier launcher: no head, no GPUs needed

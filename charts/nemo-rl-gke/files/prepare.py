@@ -9,6 +9,12 @@ Runs in the NeMo RL image on a CPU node, with HF_HOME on the shared volume. PREP
   model             Hugging Face model id to download ("" to skip)
   gsm8k_jsonl_dir   v0.5.0 only: write GSM8K there as train.jsonl / test.jsonl ("" to skip)
   marker            written last, with bytes and seconds; when it exists the Job does nothing
+  check             optional: the run the launcher will submit, checked first by the release's own
+                    config code in this image (config_check.py): submission_id, entrypoint,
+                    verdict (the file the launcher waits for), overrides_given (how many of the
+                    command's overrides come from grpo.overrides; the rest are grpo.extraOverrides)
+Exit status: 0 done; 3 NeMo RL refused the run (its verdict names the values key; the Job fails at
+once, as a new pod would refuse it again); 1 a bad spec or a failed download (retried).
 GSM8K's `answer` is a worked solution ending in "#### <final answer>"; NeMo RL's math verifier
 compares the model's \\boxed{} answer with the ground truth, so the ground truth must be the final
 answer alone, or every reward is 0.
@@ -17,6 +23,7 @@ answer alone, or every reward is 0.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -25,13 +32,21 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import config_check
+
 GSM8K_DATASET = ("openai/gsm8k", "main")
 SPLITS = ("train", "test")
-SPEC_KEYS = {"hf_home", "model", "gsm8k_jsonl_dir", "marker", "image", "hash"}
+SPEC_KEYS = {"hf_home", "model", "gsm8k_jsonl_dir", "marker", "image", "hash", "check"}
+CHECK_KEYS = {"submission_id", "entrypoint", "verdict", "overrides_given"}
+EXIT_REFUSED = 3
 
 
 class PrepareError(Exception):
     pass
+
+
+class RunRefused(PrepareError):
+    """NeMo RL's own config code refused the run (exit 3)."""
 
 
 def extract_final_answer(answer: str) -> str:
@@ -119,6 +134,30 @@ def folder_bytes(path: str) -> int:
     return total
 
 
+CheckRunner = Callable[[str, float], tuple[config_check.Result, float]]
+CHECK_TIMEOUT_S = 900  # the entry script's imports (torch, ray, transformers, ...) on a CPU node
+
+
+def check_run(check: dict[str, Any], image: str, log: Callable[[str], None], run: CheckRunner = config_check.run_in_image) -> Any:
+    """The run's verdict (config_check.Verdict): the one already on the volume for this very run
+    (its submission id names the command and the image), else a new check, kept on the volume
+    for the launcher. An earlier "unchecked" is checked again."""
+    path = check["verdict"]
+    if os.path.exists(path):
+        old, problem = config_check.read_verdict(path)
+        if old is not None and old.state != "unchecked" and (old.entrypoint, old.image) == (check["entrypoint"], image):
+            log(f"run already checked ({path}): {old.state}: {old.message}")
+            return old
+        if problem:
+            log(f"{problem}; checking again")
+    log(f"checking the run with NeMo RL's own config code in this image: {check['entrypoint']}")
+    result, took = run(check["entrypoint"], CHECK_TIMEOUT_S)
+    verdict = config_check.verdict(check, image, result, took)
+    _write_atomic(path, [json.dumps(dataclasses.asdict(verdict), sort_keys=True)])
+    log(f"{verdict.state}: {verdict.message}")
+    return verdict
+
+
 def load_spec(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
@@ -127,6 +166,9 @@ def load_spec(path: str) -> dict[str, Any]:
         raise PrepareError(f"{path}: cannot read the spec: {e}") from None
     if not isinstance(spec, dict) or set(spec) - SPEC_KEYS or not {"hf_home", "marker"} <= set(spec):
         raise PrepareError(f"{path}: expected keys {sorted(SPEC_KEYS)}")
+    check = spec.get("check")
+    if check is not None and (not isinstance(check, dict) or set(check) != CHECK_KEYS or not str(check["verdict"]).startswith("/")):
+        raise PrepareError(f"{path}: check: expected the keys {sorted(CHECK_KEYS)}, verdict an absolute path")
     return spec
 
 
@@ -135,7 +177,13 @@ def prepare(
     download_model: Callable[[str], str] = hf_download_model,
     load_gsm8k: Callable[[str], Iterable[dict[str, Any]]] = hf_load_gsm8k,
     log: Callable[[str], None] = print,
+    run_check: CheckRunner = config_check.run_in_image,
 ) -> dict[str, Any]:
+    if spec.get("check"):
+        # First, and whether the cache is complete or not: a run NeMo RL refuses is never submitted.
+        verdict = check_run(spec["check"], spec.get("image", ""), log, run_check)
+        if verdict.state == "refused":
+            raise RunRefused(verdict.message)
     marker = spec["marker"]
     if os.path.exists(marker):
         log(f"cache complete ({marker}); nothing to do")
@@ -168,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         prepare(load_spec(args[0]))
+    except RunRefused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_REFUSED
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

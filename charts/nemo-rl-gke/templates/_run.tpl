@@ -67,7 +67,21 @@ already ended runs again with the new settings. */}}
 {{- $hash := include "nemo-rl-gke.hash" ($spec | toJson) -}}
 {{- $_ := set $spec "marker" (printf "%s/nemo-rl/.prepared/%s.json" (trimSuffix "/" .Values.storage.mountPath) $hash) -}}
 {{- $_ := set $spec "hash" $hash -}}
+{{- /* Not in the hash: the cache does not depend on the run, the check does (by its submission id). */ -}}
+{{- with include "nemo-rl-gke.configVerdict" . -}}
+{{- $check := dict "submission_id" (include "nemo-rl-gke.submissionId" $) "entrypoint" (include "nemo-rl-gke.grpoEntrypoint" $) "verdict" . "overrides_given" (len $.Values.grpo.overrides) -}}
+{{- $_ := set $spec "check" $check -}}
+{{- end -}}
 {{- toJson $spec -}}
+{{- end -}}
+
+{{/* The verdict of NeMo RL's own config code on this run, written by the preparation Job
+(files/config_check.py) before the launcher submits; one file per run spec (its submission id:
+the command and the image). "" when the preparation Job does not check the run. */}}
+{{- define "nemo-rl-gke.configVerdict" -}}
+{{- if and .Values.prepare.enabled .Values.prepare.checkRun -}}
+{{- printf "%s/nemo-rl/.checked/%s.json" (trimSuffix "/" .Values.storage.mountPath) (include "nemo-rl-gke.submissionId" .) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Where the launcher keeps the run's outcome: the folder "launcher" in the run's folder (the
@@ -110,6 +124,9 @@ those of the launcher's SPEC_KEYS (files/launcher.py). */}}
     "timeouts" (dict "files_s" $l.timeouts.prepareSeconds "head_s" $l.timeouts.headSeconds "gpus_s" $l.timeouts.gpusSeconds)
     "metadata" (dict "nemo-rl-gke.release" $fullname "nemo-rl-gke.run" .Values.grpo.runName)
 -}}
+{{- with include "nemo-rl-gke.configVerdict" . -}}
+{{- $_ := set $spec "config_verdict" . -}}
+{{- end -}}
 {{- with include "nemo-rl-gke.outcomeSubPath" . -}}
 {{- $_ := set $spec "outcome_dir" (include "nemo-rl-gke.outcomeMountPath" $) -}}
 {{- $_ := set $spec "outcome_volume_dir" (printf "%s/%s" (trimSuffix "/" $.Values.storage.mountPath) .) -}}

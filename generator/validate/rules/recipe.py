@@ -7,14 +7,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, grpo_override_args
-from generator.validate.findings import Finding, error
+from generator.validate.findings import Finding, error, warning
 from generator.validate.rules.context import Context
 from generator.vendored import MissingDataError, carried_releases, load_release_recipe
+
+
+def _in_image(ctx: Context) -> Iterator[Finding]:
+    """The preparation Job checks the run with the image's own NeMo RL code (prepare.checkRun);
+    without it nothing but this offline check stands between a bad override and the GPUs."""
+    prep = ctx.values.get("prepare") or {}
+    if prep.get("enabled") and prep.get("checkRun", True):
+        return
+    key = "prepare.checkRun" if prep.get("enabled") else "prepare.enabled"
+    yield warning(
+        key,
+        "off: nothing checks the run with its image's own NeMo RL config code before the launcher submits it",
+        "set prepare.enabled and prepare.checkRun to true",
+    )
 
 
 def check(ctx: Context) -> Iterator[Finding]:
     if not ctx.grpo.get("enabled", True):
         return
+    yield from _in_image(ctx)
     tag = ctx.values["image"]["tag"]
     try:
         config = load_release_recipe(tag, ctx.grpo["recipe"])
