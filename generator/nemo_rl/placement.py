@@ -55,6 +55,14 @@ class VirtualCluster:
         return sum(self.bundles)
 
 
+# NeMo RL's per-node virtualenv reservation: one STRICT_SPREAD placement group of {CPU: 1} on every
+# alive node (the head too before v0.7.0), per worker group, after the virtual clusters' placement
+# groups hold their bundles; `ray.get(pg.ready())` without a timeout, so a GPU node whose Ray CPUs
+# are all in bundles waits forever (nemo_rl/utils/venvs.py create_local_venv_on_each_node, v0.5.0
+# to v0.7.0, called from nemo_rl/distributed/worker_groups.py RayWorkerGroup).
+VENV_RESERVATION_CPUS = 1
+
+
 @dataclass(frozen=True)
 class Placement:
     """The run's virtual clusters, or what NeMo RL refuses (then `clusters` is empty)."""
@@ -62,6 +70,17 @@ class Placement:
     colocated: bool
     clusters: tuple[VirtualCluster, ...] = ()
     issues: tuple[Issue, ...] = ()
+    shared_node: bool = False  # one node split between training and generation
+
+    def node_cpus(self) -> list[int]:
+        """CPUs the placement groups hold on each GPU node (training nodes first)."""
+        if self.shared_node:
+            return [sum(c.bundles[0] * c.cpus_per_bundle for c in self.clusters)]
+        return [b * c.cpus_per_bundle for c in self.clusters for b in c.bundles]
+
+    def worker_ray_cpus(self) -> int:
+        """Ray CPUs every GPU node needs: its placement groups' bundles and the virtualenv reservation."""
+        return max(self.node_cpus(), default=0) + VENV_RESERVATION_CPUS
 
     @property
     def train_gpus(self) -> int:
@@ -89,7 +108,9 @@ def _one_node(gpn: int, gen_nodes: int | None, gen_gpn: int | None) -> Placement
     if issues or gen_gpn is None:
         return Placement(False, issues=tuple(issues))
     return Placement(
-        False, (VirtualCluster("grpo_train_cluster", (gpn - gen_gpn,), 1), VirtualCluster("grpo_inference_cluster", (gen_gpn,), 1))
+        False,
+        (VirtualCluster("grpo_train_cluster", (gpn - gen_gpn,), 1), VirtualCluster("grpo_inference_cluster", (gen_gpn,), 1)),
+        shared_node=True,
     )
 
 

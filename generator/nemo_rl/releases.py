@@ -17,14 +17,17 @@ class NemoRlRelease:
     head_needs_cpu: bool
     # v0.6.0+: with TP >= 4, train_micro_batch_size must equal logprob_batch_size.
     tp_micro_logprob_rule: bool
-    # v0.7.0 aligns placement to NVLink segments unless cluster.segment_size is null.
+    # v0.7.0 has cluster.segment_size (its base config sets null: no NVLink-segment alignment).
     has_segment_size: bool
+    # v0.7.0's grpo.setup asserts "Non-colocated mode requires train_nodes > 0 and inference_nodes > 0";
+    # v0.5.0 and v0.6.0 build an empty training cluster and fail later.
+    asserts_training_nodes: bool
 
 
 RELEASES: dict[str, NemoRlRelease] = {
-    "v0.5.0": NemoRlRelease("v0.5.0", "2.49.2", "examples/run_grpo_math.py", "flat", True, False, False),
-    "v0.6.0": NemoRlRelease("v0.6.0", "2.54.0", "examples/run_grpo.py", "nested", True, True, False),
-    "v0.7.0": NemoRlRelease("v0.7.0", "2.55.1", "examples/run_grpo.py", "nested", False, True, True),
+    "v0.5.0": NemoRlRelease("v0.5.0", "2.49.2", "examples/run_grpo_math.py", "flat", True, False, False, False),
+    "v0.6.0": NemoRlRelease("v0.6.0", "2.54.0", "examples/run_grpo.py", "nested", True, True, False, False),
+    "v0.7.0": NemoRlRelease("v0.7.0", "2.55.1", "examples/run_grpo.py", "nested", False, True, True, True),
 }
 
 DEFAULT_RELEASE = "v0.7.0"

@@ -202,7 +202,9 @@ def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlReleas
     gpn = choices.gpus_per_node
     o: dict[str, Any] = {NUM_NODES: choices.nodes, GPUS_PER_NODE: gpn}
     if rel.has_segment_size:
-        o["cluster.segment_size"] = None  # no NVLink-domain alignment on KubeRay
+        # The v0.7.0 base config's own value, kept explicit: a recipe that set a size would make
+        # grpo.setup look for NVLink domains that KubeRay nodes on GKE do not report.
+        o["cluster.segment_size"] = None
     micro = preset.train_micro_batch_size
     o |= {
         "policy.model_name": preset.model,

@@ -38,6 +38,7 @@ def _values(nodes: int, gen_nodes: int | None, gen_gpn: int | None) -> dict[str,
 )
 def test_validate_and_rehearse_agree(nodes: int, gen_nodes: int | None, gen_gpn: int | None) -> None:
     plan = {
+        "release": "v0.7.0",
         "num_nodes": nodes,
         "gpus_per_node": 8,
         "colocated": False,

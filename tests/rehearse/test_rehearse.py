@@ -70,7 +70,7 @@ KEYS = {k: f"<{k}>" for k in ("generation_nodes", "generation_gpus_per_node", "n
 
 
 def plan(**kw: Any) -> dict[str, Any]:
-    base = {"num_nodes": 2, "gpus_per_node": 8, "colocated": False, "backend": "vllm", "generation_nodes": 1}
+    base = {"release": "v0.7.0", "num_nodes": 2, "gpus_per_node": 8, "colocated": False, "backend": "vllm", "generation_nodes": 1}
     return {**base, "generation_gpus_per_node": 8, "keys": KEYS, **kw}
 
 
@@ -90,23 +90,38 @@ def test_virtual_clusters_follow_grpo_setup(changes: dict[str, Any], clusters: l
     assert virtual_clusters(plan(**changes)) == clusters
 
 
+# The texts of grpo.setup (nemo_rl/algorithms/grpo.py) at each release: the one-node checks test
+# `policy_nodes == 1`; `assert inference_nodes > 0` with None raises a TypeError before its
+# message; v0.7.0 adds "Non-colocated mode requires train_nodes > 0 and inference_nodes > 0",
+# which v0.5.0 and v0.6.0 lack (they build an empty training cluster).
 @pytest.mark.parametrize(
     ("changes", "text", "key"),
     [
         (
             {"generation_nodes": 0},
-            "policy.generation.colocated.resources.num_nodes must be > 0 when cluster.num_nodes > 1",
+            "AssertionError: policy.generation.colocated.resources.num_nodes must be > 0 when cluster.num_nodes > 1",
+            "generation_nodes",
+        ),
+        (
+            {"generation_nodes": None},
+            "TypeError: '>' not supported between instances of 'NoneType' and 'int'",
             "generation_nodes",
         ),
         ({"generation_gpus_per_node": None}, "must be explicitly set and equal to cluster.gpus_per_node", "generation_gpus_per_node"),
         (
             {"num_nodes": 1, "generation_gpus_per_node": None},
-            "must be explicitly set to a value > 0 when cluster.num_nodes = 1",
+            "must be explicitly set to a value > 0 when policy_nodes = 1 and inference is non-colocated",
             "generation_gpus_per_node",
         ),
         ({"num_nodes": 1, "generation_nodes": 2, "generation_gpus_per_node": 4}, "must be 1 or set to null", "generation_nodes"),
         ({"num_nodes": 1, "generation_nodes": None}, "No enough GPUs for training", "generation_gpus_per_node"),
-        ({"generation_nodes": 2}, "bundle_ct_per_node_list=[8] * 0 is empty", "generation_nodes"),
+        (
+            {"generation_nodes": 2},
+            "AssertionError: Non-colocated mode requires train_nodes > 0 and inference_nodes > 0, got train_nodes=0, inference_nodes=2",
+            "generation_nodes",
+        ),
+        ({"generation_nodes": 2, "release": "v0.6.0"}, "bundle_ct_per_node_list=[8] * 0 is empty", "generation_nodes"),
+        ({"generation_nodes": 2, "release": "v0.5.0"}, "bundle_ct_per_node_list=[8] * 0 is empty", "generation_nodes"),
     ],
 )
 def test_generation_placement_checks_name_the_key(changes: dict[str, Any], text: str, key: str) -> None:
@@ -223,7 +238,8 @@ class TestOnTheTutorialsTopology:
         values = with_override(build(Options(gpu="h200")), "policy.generation.colocated.resources.num_nodes", "2")
         rc, out = run_in(tutorial, write(tmp_values, "gen-all", values))
         assert rc == 1, out
-        assert "rehearse: FAIL: grpo_train_cluster: bundle_ct_per_node_list=[8] * 0 is empty" in out
+        # v0.7.0's grpo.setup asserts it (the release the generator writes by default).
+        assert "rehearse: FAIL: AssertionError: Non-colocated mode requires train_nodes > 0 and inference_nodes > 0" in out
         assert "leaves no node for training" in out
         assert "rehearse: change grpo.overrides[policy.generation.colocated.resources.num_nodes]: set it to 1 " in out
         assert "placement group" not in out  # nothing was asked of Ray

@@ -9,6 +9,15 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from generator.gke.profiles import AcceleratorProfile, profile
+from generator.nemo_rl.placement import (
+    COLOCATED,
+    GENERATION_GPUS_PER_NODE,
+    GENERATION_NODES,
+    GPUS_PER_NODE,
+    NUM_NODES,
+    Placement,
+    placement,
+)
 from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, grpo_override_args, winning
 from generator.nemo_rl.releases import RELEASES, NemoRlRelease
 from generator.values.worker_groups import worker_nodes
@@ -74,6 +83,27 @@ class Context:
             return None
         merged, _ = check_overrides(base, grpo_override_args(self.grpo))
         return OmegaConf.create(merged)
+
+    def get_int(self, key: str, default: int | None = None) -> int | None:
+        """An override's whole-number value (the last one wins), else `default`; None when not a whole number."""
+        value = self.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @cached_property
+    def placement(self) -> Placement | None:
+        """The GPU split NeMo RL's grpo.setup makes from the overrides (placement.py), or None when
+        cluster.num_nodes or cluster.gpus_per_node is not a positive whole number."""
+        nodes, gpn = self.get_int(NUM_NODES), self.get_int(GPUS_PER_NODE)
+        if not nodes or not gpn or nodes < 1 or gpn < 1:
+            return None
+        return placement(
+            nodes,
+            gpn,
+            colocated=self.get(COLOCATED) is not False,
+            generation_nodes=self.get_int(GENERATION_NODES),
+            generation_gpus_per_node=self.get_int(GENERATION_GPUS_PER_NODE),
+            backend=str(self.get("policy.generation.backend", "vllm")),
+        )
 
     def setting(self, key: str) -> Any:
         """The value NeMo RL runs with for a dotted key (the recipe's unless an override sets it), or None."""

@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from generator.nemo_rl.placement import (
-    COLOCATED,
     GENERATION_GPUS_PER_NODE,
     GENERATION_NODES,
     GPUS_PER_NODE,
     NUM_NODES,
     Issue,
     Placement,
-    placement,
 )
 from generator.nemo_rl.recipe_config import grpo_override_args
 from generator.nemo_rl.run_spec import SAVE_BY
@@ -31,6 +29,10 @@ REQUIRED = (
     "policy.train_global_batch_size",
     "policy.train_micro_batch_size",
 )
+TRAIN_TP = "policy.dtensor_cfg.tensor_parallel_size"
+VLLM_TP = "policy.generation.vllm_cfg.tensor_parallel_size"
+SEQ_DIVISOR = "policy.make_sequence_length_divisible_by"
+ON_POLICY_RATIO = "loss_fn.force_on_policy_ratio"
 FLAT_ONLY = ("data.dataset_name", "data.train_data_path", "data.val_data_path")
 NESTED_ONLY = ("data.train.", "data.validation.", "data.default.")
 
@@ -78,11 +80,15 @@ def _release(ctx: Context) -> Iterator[Finding]:
                 f"{tag} uses nested data keys (data.train.*, data.validation.*); this flat key does not exist there",
                 "regenerate for the release",
             )
-    if rel.has_segment_size and "cluster.segment_size" not in ctx.overrides:
+    segment = ctx.get("cluster.segment_size") if "cluster.segment_size" in ctx.overrides else ctx.setting("cluster.segment_size")
+    if rel.has_segment_size and segment is not None:
+        # v0.7.0's base config has null; with a size, grpo.setup looks for NVLink domains
+        # (nemo_rl/distributed/virtual_cluster.py prepare_segment_topology), finds none on GKE's
+        # KubeRay nodes and falls back to unordered placement with a warning.
         yield warning(
             override_key("cluster.segment_size"),
-            f"not set; {tag} may align placement to NVLink domains that KubeRay nodes lack",
-            "add cluster.segment_size=null",
+            f"{segment}: {tag} then looks for NVLink domain segments, which KubeRay nodes on GKE do not report",
+            "set cluster.segment_size=null (the base config's value)",
         )
 
 
@@ -177,10 +183,10 @@ def _placement_and_parallelism(ctx: Context) -> Iterator[Finding]:
     nodes, gpn = _int(ctx, NUM_NODES), _int(ctx, GPUS_PER_NODE)
     tp = _int(ctx, "policy.dtensor_cfg.tensor_parallel_size")
     vtp = _int(ctx, "policy.generation.vllm_cfg.tensor_parallel_size")
-    if nodes is None or gpn is None or tp is None or vtp is None or not nodes or not gpn:
+    placed = ctx.placement
+    if nodes is None or gpn is None or tp is None or vtp is None or placed is None:
         return
     gen_nodes, gen_gpn = _int(ctx, GENERATION_NODES), _int(ctx, GENERATION_GPUS_PER_NODE)
-    placed = placement(nodes, gpn, colocated=ctx.get(COLOCATED) is not False, generation_nodes=gen_nodes, generation_gpus_per_node=gen_gpn)
     if placed.issues:
         yield from _placement_findings(placed, nodes, gpn, gen_nodes, gen_gpn)
         return
@@ -191,25 +197,30 @@ def _parallelism(ctx: Context, gpn: int, tp: int, vtp: int, placed: Placement) -
     train_gpus, gen_gpus = placed.train_gpus, placed.generation_gpus
     cp = _int(ctx, "policy.dtensor_cfg.context_parallel_size", 1) or 1
     pp = _int(ctx, "policy.generation.vllm_cfg.pipeline_parallel_size", 1) or 1
-    for key, size, scope in (
-        ("policy.dtensor_cfg.tensor_parallel_size", tp, "training"),
-        ("policy.generation.vllm_cfg.tensor_parallel_size", vtp, "generation"),
-    ):
-        if size < 1 or gpn % size:
-            yield error(override_key(key), f"{scope} tensor parallel {size} does not divide the {gpn} GPUs of a node", "use 1, 2, 4 or 8")
+    if tp < 1 or gpn % tp:
+        yield error(override_key(TRAIN_TP), f"training tensor parallel {tp} does not divide the {gpn} GPUs of a node", "use 1, 2, 4 or 8")
+    # vLLM: an instance of TP x PP GPUs larger than a node spans nodes in one placement group
+    # (nemo_rl/models/generation/vllm/vllm_generation.py VllmGeneration.__init__,
+    # needs_cross_node_parallelism, v0.5.0 to v0.7.0); within a node it must divide the node.
+    if vtp < 1 or (vtp * pp <= gpn and gpn % (vtp * pp)):
+        yield error(
+            override_key(VLLM_TP),
+            f"vLLM TP {vtp} x PP {pp} does not divide the {gpn} GPUs of a node",
+            f"use a divisor of {gpn}, or a multiple of it to span nodes",
+        )
     if tp >= 1 and train_gpus % (tp * cp):
         yield error(
-            override_key("policy.dtensor_cfg.tensor_parallel_size"),
-            f"{train_gpus} training GPUs are not divisible by TP {tp} x CP {cp}",
-            "change TP or the node split",
+            override_key(TRAIN_TP), f"{train_gpus} training GPUs are not divisible by TP {tp} x CP {cp}", "change TP or the node split"
         )
     if vtp >= 1 and gen_gpus % (vtp * pp):
         yield error(
-            override_key("policy.generation.vllm_cfg.tensor_parallel_size"),
-            f"{gen_gpus} generation GPUs are not divisible by vLLM TP {vtp} x PP {pp}",
+            override_key(VLLM_TP),
+            f"{gen_gpus} generation GPUs are not divisible by vLLM TP {vtp} x PP {pp} (VllmGeneration asserts it)",
             "change vLLM TP or the node split",
         )
     yield from _batches(ctx, train_gpus, tp, cp)
+    yield from _tp_accuracy(ctx, tp)
+    yield from _sequence_padding(ctx, tp)
 
 
 def _batches(ctx: Context, train_gpus: int, tp: int, cp: int) -> Iterator[Finding]:
@@ -237,33 +248,60 @@ def _batches(ctx: Context, train_gpus: int, tp: int, cp: int) -> Iterator[Findin
             f"the per-rank batch {gbs // dp} is not divisible by the micro-batch {micro}",
             "use a divisor of the per-rank batch",
         )
-    rel = ctx.release
-    logprob = _int(ctx, "policy.logprob_batch_size")
-    bypass = any(e["name"] == "NRL_IGNORE_TP_ACCURACY_CHECK" for e in ctx.values.get("extraEnv", []))
-    if rel is not None and rel.tp_micro_logprob_rule and tp >= 4 and not bypass:
-        if logprob is None:
-            yield error(
-                override_key("policy.logprob_batch_size"),
-                f"not set; with TP {tp} >= 4, {rel.tag} requires it to equal train_micro_batch_size ({micro}) and the recipe may differ",
-                f"set policy.logprob_batch_size={micro}",
-            )
-        elif logprob != micro:
-            yield error(
-                override_key("policy.logprob_batch_size"),
-                f"{logprob} differs from train_micro_batch_size {micro}; with TP {tp} >= 4 {rel.tag} refuses to start",
-                f"set it to {micro}",
-            )
-    div = _int(ctx, "policy.make_sequence_length_divisible_by")
-    if div is None:
-        yield warning(
-            override_key("policy.make_sequence_length_divisible_by"),
-            f"not set; the recipe's value may not match TP {tp}",
-            f"set it to {tp}",
-        )
-    elif div != tp:
+    if _on_policy_ratio(ctx) and gbs != samples:
+        # grpo.setup asserts it (v0.5.0 to v0.7.0): "force_on_policy_ratio requires
+        # train_global_batch_size == num_prompts_per_step * num_generations_per_prompt".
         yield error(
-            override_key("policy.make_sequence_length_divisible_by"), f"{div} should equal the tensor parallel size {tp}", f"set it to {tp}"
+            override_key("policy.train_global_batch_size"),
+            f"{gbs}, but loss_fn.force_on_policy_ratio is true and NeMo RL then requires it to equal the {samples} samples per step",
+            f"set it to {samples}, or loss_fn.force_on_policy_ratio=false",
         )
+
+
+def _on_policy_ratio(ctx: Context) -> bool:
+    value = ctx.get(ON_POLICY_RATIO)
+    return (ctx.setting(ON_POLICY_RATIO) if value is None else value) is True
+
+
+def _tp_accuracy(ctx: Context, tp: int) -> Iterator[Finding]:
+    """v0.6.0+: Policy.__init__ (nemo_rl/models/policy/lm_policy.py) asserts micro batch ==
+    logprob batch with TP >= 4 unless NRL_IGNORE_TP_ACCURACY_CHECK is set, which grpo.setup sets
+    itself when loss_fn.force_on_policy_ratio is true (before it builds the policy)."""
+    rel = ctx.release
+    micro, logprob = _int(ctx, "policy.train_micro_batch_size"), _int(ctx, "policy.logprob_batch_size")
+    bypass = any(e["name"] == "NRL_IGNORE_TP_ACCURACY_CHECK" for e in ctx.values.get("extraEnv", [])) or _on_policy_ratio(ctx)
+    if rel is None or not rel.tp_micro_logprob_rule or tp < 4 or bypass or micro is None:
+        return
+    if logprob is None:
+        yield error(
+            override_key("policy.logprob_batch_size"),
+            f"not set; with TP {tp} >= 4, {rel.tag} requires it to equal train_micro_batch_size ({micro}) and the recipe may differ",
+            f"set policy.logprob_batch_size={micro}, or loss_fn.force_on_policy_ratio=true",
+        )
+    elif logprob != micro:
+        yield error(
+            override_key("policy.logprob_batch_size"),
+            f"{logprob} differs from train_micro_batch_size {micro}; with TP {tp} >= 4 {rel.tag} refuses to start",
+            f"set it to {micro}, or loss_fn.force_on_policy_ratio=true",
+        )
+
+
+def _sequence_padding(ctx: Context, tp: int) -> Iterator[Finding]:
+    """NeMo RL pads every batch's sequences up to a multiple of make_sequence_length_divisible_by
+    (nemo_rl/data/llm_message_utils.py batched_message_log_to_flat_message, v0.5.0 to v0.7.0) and
+    asserts nothing more; a multiple of TP keeps sequence-parallel shards whole. The base
+    configs default it to ${policy.dtensor_cfg.tensor_parallel_size}."""
+    given = ctx.get(SEQ_DIVISOR)
+    div = given if given is not None else ctx.setting(SEQ_DIVISOR)
+    key = override_key(SEQ_DIVISOR)
+    if not isinstance(div, int) or isinstance(div, bool):
+        if given is None:
+            yield warning(key, f"not set, and the recipe's value is not known here; it must be a multiple of TP {tp}", f"set it to {tp}")
+        else:
+            yield error(key, f"{given!r} is not a whole number", f"set it to {tp} or a multiple of it")
+        return
+    if div < 1 or (tp >= 1 and div % tp):
+        yield error(key, f"{div} is not a multiple of the tensor parallel size {tp}", f"set it to {tp} or a multiple of it")
 
 
 def check(ctx: Context) -> Iterator[Finding]:

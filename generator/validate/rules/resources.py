@@ -7,7 +7,7 @@ from typing import Any
 
 from generator.gke import kuberay
 from generator.gke.sizing import DAEMONSET_MARGIN_CPU, DAEMONSET_MARGIN_MEMORY_GIB, gib, parse_quantity, usable
-from generator.nemo_rl.placement import BACKEND, COLOCATED, cpus_per_bundle
+from generator.nemo_rl.placement import VENV_RESERVATION_CPUS
 from generator.validate.findings import Finding, error, warning
 from generator.validate.rules.context import Context
 
@@ -79,17 +79,22 @@ def _head_ray_cpus(ctx: Context) -> Iterator[Finding]:
 
 
 def _worker_ray_cpus(ctx: Context) -> Iterator[Finding]:
+    """Every GPU node needs its placement groups' CPUs and one more for NeMo RL's per-node
+    virtualenv reservation (placement.VENV_RESERVATION_CPUS), with colocated and dedicated
+    generation alike."""
     worker = ctx.values["worker"]
     worker_ray = ray_cpus(worker["resources"], worker.get("rayStartParams", {}))
-    if worker_ray is None or ctx.get(COLOCATED) is not True:
+    placed = ctx.placement
+    if worker_ray is None or placed is None or placed.issues:
         return
-    per_bundle = cpus_per_bundle(colocated=True, backend=str(ctx.get(BACKEND, "vllm")))
-    need = per_bundle * ctx.gpus_per_node
+    need = placed.worker_ray_cpus()
     if worker_ray < need:
+        held = max(placed.node_cpus())
         yield error(
             _ray_cpu_key("worker", worker),
-            f"each worker has {worker_ray:g} Ray CPUs; colocated generation places {ctx.gpus_per_node} "
-            f"bundles of {{CPU: {per_bundle}, GPU: 1}} per node",
+            f"each worker has {worker_ray:g} Ray CPUs; NeMo RL's placement groups hold {held} on a node "
+            f"({'colocated' if placed.colocated else 'dedicated'} generation) and it then reserves {VENV_RESERVATION_CPUS} more "
+            "on every node for its virtualenvs (STRICT_SPREAD {CPU: 1}), which waits forever without it",
             f"give workers at least {need} Ray CPUs",
         )
 

@@ -140,6 +140,22 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {"model": "qwen2.5-1.5b", "nodes": 1},
         lambda v: (v["worker"]["resources"]["requests"].update(cpu="8"), v["worker"]["resources"]["limits"].update(cpu="8")),
     ),
+    # NeMo RL reserves {CPU: 1} on every node after its placement groups (nemo_rl/utils/venvs.py
+    # create_local_venv_on_each_node, STRICT_SPREAD, no timeout): 2 x GPUs + 1 colocated, GPUs + 1 dedicated.
+    "res-colocated-cpus-no-venv-room": (
+        "16 Ray CPUs for colocated generation on 8 GPUs (bundles take 16, the venv reservation 1 more)",
+        "worker.rayStartParams.num-cpus",
+        False,
+        {"model": "qwen2.5-1.5b", "nodes": 1},
+        lambda v: v["worker"]["rayStartParams"].update({"num-cpus": "16"}),
+    ),
+    "res-dedicated-cpus-no-venv-room": (
+        "8 Ray CPUs with dedicated generation on 8 GPUs (bundles take 8, the venv reservation 1 more)",
+        "worker.rayStartParams.num-cpus",
+        False,
+        {},
+        lambda v: v["worker"]["rayStartParams"].update({"num-cpus": "8"}),
+    ),
     "res-no-memory-request": (
         "worker memory request removed (null deletes the chart default)",
         "worker.resources.requests.memory",
@@ -300,6 +316,13 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         False,
         {},
         lambda v: set_override(v, "policy.make_sequence_length_divisible_by", "4"),
+    ),
+    "nemo-on-policy-ratio-batch": (
+        "force_on_policy_ratio with a global batch below the samples per step (grpo.setup asserts equality)",
+        "grpo.overrides[policy.train_global_batch_size]",
+        False,
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["loss_fn.force_on_policy_ratio=true"]),
     ),
     "nemo-ray-version": ("Ray 2.49.2 with the v0.7.0 image", "rayVersion", False, {}, lambda v: v.update(rayVersion="2.49.2")),
     "nemo-entrypoint": (
@@ -941,6 +964,34 @@ VALID_CASES: dict[str, tuple[str, dict[str, Any], Mutation]] = {
         lambda v: (
             v["image"].update(digest="sha256:" + "0" * 64),
             v["worker"]["securityContext"]["capabilities"].update(add=["DAC_OVERRIDE"]),
+        ),
+    ),
+    "seq-divisible-multiple-of-tp": (
+        "make_sequence_length_divisible_by 16 with TP 8 (NeMo RL pads to a multiple of it; any multiple of TP works)",
+        {},
+        lambda v: v["grpo"].update(extraOverrides=["policy.make_sequence_length_divisible_by=16"]),
+    ),
+    "on-policy-ratio-lifts-tp-rule": (
+        "logprob batch 2 != micro batch 1 with TP 8 and force_on_policy_ratio (grpo.setup sets NRL_IGNORE_TP_ACCURACY_CHECK)",
+        {},
+        lambda v: v["grpo"].update(
+            extraOverrides=["loss_fn.force_on_policy_ratio=true", "policy.train_global_batch_size=1024", "policy.logprob_batch_size=2"]
+        ),
+    ),
+    "vllm-tp-across-nodes": (
+        "vLLM TP 16 over two dedicated 8-GPU generation nodes (one placement group across nodes)",
+        {"nodes": 4, "generation_nodes": 2},
+        lambda v: v["grpo"].update(extraOverrides=["policy.generation.vllm_cfg.tensor_parallel_size=16"]),
+    ),
+    "one-node-split-generation": (
+        "one node split 4 training / 4 generation GPUs, generation num_nodes null",
+        {"model": "qwen2.5-1.5b", "nodes": 1},
+        lambda v: v["grpo"].update(
+            extraOverrides=[
+                "policy.generation.colocated.enabled=false",
+                "policy.generation.colocated.resources.num_nodes=null",
+                "policy.generation.colocated.resources.gpus_per_node=4",
+            ]
         ),
     ),
     "ipblock-cidrs": (
