@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kinds, one, render, values_for
+from conftest import kinds, load_chart_program, one, render, values_for
 from launcher_harness import ClusterHead, jobs_with_prefix, new_id, stand_in, start_launcher
 
 from generator.rehearse.cluster import LocalCluster
@@ -303,3 +303,42 @@ def test_a_repeating_failure_releases_the_gpu_workers(cluster, api, kuberay, ren
 
 def test_a_stopped_run_releases_the_gpu_workers(cluster, api, kuberay, rendered, tmp_path):
     end_for_good(cluster, api, kuberay, rendered, tmp_path, ending="stopped")
+
+
+def refused(tmp_path: Path, rid: str) -> str:
+    """A verdict file as the preparation Job leaves it when NeMo RL refused the run."""
+    config_check = load_chart_program("config_check")
+    result = config_check.Result("refused", "overrides", error="OverridesError: Failed to parse Hydra overrides: ...", keys=["x"])
+    command = {"submission_id": rid, "entrypoint": "cd /opt/nemo-rl && uv run python examples/run_grpo.py --config r.yaml 'x=1'"}
+    verdict = config_check.verdict(command, "nvcr.io/nvidia/nemo-rl:v0.7.0", result, 1.0)
+    path = tmp_path / "checked" / f"{rid}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(vars(verdict)))
+    return str(path)
+
+
+def test_a_run_its_release_refused_releases_the_gpu_workers_unsubmitted(cluster, api, kuberay, rendered, tmp_path):
+    rid = new_id()
+    spec = launcher_spec(rendered, api, tmp_path, rid, entrypoint="true", config_verdict=refused(tmp_path, rid))
+    rc, out = run(cluster, api, kuberay, tmp_path, spec)
+    assert rc == 3, out
+    assert "FAILED, nothing submitted: grpo.overrides[0] (x=1): NeMo RL refuses this run" in out
+    assert patches(api) == [("application/merge-patch+json", {"spec": {"suspend": True}})]
+    assert not (tmp_path / "volume-launcher").exists()  # no run ended: nothing recorded
+
+
+def test_a_refused_run_leaves_the_workers_to_the_run_still_going(cluster, api, kuberay, rendered, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    rid = new_id()
+    client = JobSubmissionClient(cluster.dashboard_url)
+    previous = f"{rid}-previous"
+    client.submit_job(entrypoint=stand_in(tmp_path, "long", RUNS_LONG), submission_id=previous, metadata={"nemo-rl-gke.release": rid})
+    try:
+        spec = launcher_spec(rendered, api, tmp_path, rid, entrypoint="true", config_verdict=refused(tmp_path, rid))
+        rc, out = run(cluster, api, kuberay, tmp_path, spec)
+    finally:
+        client.stop_job(previous)
+    assert rc == 3, out
+    assert f"the GPU workers stay: {previous} of this release is still active" in out
+    assert patches(api) == [] and gpu_nodes(cluster) == GPU_NODES
