@@ -22,6 +22,7 @@ from generator.nemo_rl.placement import (
     NUM_NODES,
     Placement,
     dedicated,
+    placement,
 )
 from generator.nemo_rl.releases import CODE_DIR, NemoRlRelease
 
@@ -168,14 +169,41 @@ def _preset(choices: RunChoices) -> ModelPreset:
         raise SpecError(f"unknown model {choices.model!r}: choose one of {', '.join(MODELS)}") from None
 
 
-def _placement(choices: RunChoices, gen_nodes: int) -> Placement:
-    """The GPU split (placement.py), or why the generator's options give none."""
-    placed = dedicated(choices.nodes, choices.gpus_per_node, gen_nodes)
-    if placed.issues and gen_nodes < 0:
+def _split_one_node(gpn: int, preset: ModelPreset) -> int | None:
+    """GPUs for generation when one node is split between vLLM and training: as close to half as
+    both tensor-parallel sizes allow, training keeping at least as many; None when none fits."""
+    fits = [g for g in range(1, gpn) if g % preset.vllm_tp == 0 and (gpn - g) % preset.train_tp == 0]
+    return min(fits, key=lambda g: (abs(gpn - 2 * g), -(gpn - g)), default=None)
+
+
+@dataclass(frozen=True)
+class _Split:
+    placed: Placement
+    generation_gpus: int | None = None  # one node split: GPUs for generation; None otherwise
+    notes: tuple[str, ...] = ()
+
+
+def _placement(choices: RunChoices, preset: ModelPreset, gen_nodes: int) -> _Split:
+    """The GPU split (placement.py), or why the generator's options give none. One node with one
+    generation node is split within the node, which grpo.setup supports when policy_nodes == 1
+    (nemo_rl/algorithms/grpo.py setup, v0.5.0 to v0.7.0: generation num_nodes null or 1)."""
+    if gen_nodes < 0:
         raise SpecError("--generation-nodes must be >= 0")
+    gpn = choices.gpus_per_node
+    if choices.nodes == 1 and gen_nodes == 1:
+        gen_gpus = _split_one_node(gpn, preset)
+        if gen_gpus is None:
+            raise SpecError(
+                f"--generation-nodes 1 on one node: {preset.key}'s training TP {preset.train_tp} and vLLM TP {preset.vllm_tp} "
+                f"do not both fit in {gpn} GPUs - use --nodes 2, or --generation-nodes 0 (colocated)"
+            )
+        placed = placement(1, gpn, colocated=False, generation_nodes=None, generation_gpus_per_node=gen_gpus)
+        note = f"one node split: {gen_gpus} GPUs for vLLM generation, {gpn - gen_gpus} for training (--generation-nodes 1 on 1 node)"
+        return _Split(placed, gen_gpus, (note,))
+    placed = dedicated(choices.nodes, gpn, gen_nodes)
     if placed.issues:
         raise SpecError(f"--generation-nodes {gen_nodes} leaves no node for training out of {choices.nodes}")
-    return placed
+    return _Split(placed)
 
 
 @dataclass(frozen=True)
@@ -183,6 +211,10 @@ class _Batches:
     prompts: int
     generations: int
     global_batch: int
+    notes: tuple[str, ...] = ()
+
+
+NEAREST_PROMPTS_SPAN = 4  # look this many times the asked prompts per step up and down, at most
 
 
 def _batches(choices: RunChoices, preset: ModelPreset, train_gpus: int) -> _Batches:
@@ -194,10 +226,50 @@ def _batches(choices: RunChoices, preset: ModelPreset, train_gpus: int) -> _Batc
     if choices.prompts_per_step is None and prompts * generations < dp * preset.train_micro_batch_size:
         # Many data-parallel ranks: at least one micro-batch each per step.
         prompts = -(-dp * preset.train_micro_batch_size // generations)
-    return _Batches(prompts, generations, _batch(prompts * generations, dp, preset))
+    try:
+        return _Batches(prompts, generations, _batch(prompts * generations, dp, preset))
+    except SpecError as refusal:
+        return _nearest_prompts(prompts, generations, dp, preset, refusal)
 
 
-def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlRelease, gen_nodes: int) -> dict[str, Any]:
+def _nearest_prompts(prompts: int, generations: int, dp: int, preset: ModelPreset, refusal: SpecError) -> _Batches:
+    """The prompts per step nearest to `prompts` (fewer first on a tie) whose samples split evenly
+    into the data-parallel ranks; the file's header says what changed and why."""
+    for step in range(1, NEAREST_PROMPTS_SPAN * prompts + 1):
+        for candidate in (prompts - step, prompts + step):
+            if candidate < 1:
+                continue
+            try:
+                gbs = _batch(candidate * generations, dp, preset)
+            except SpecError:
+                continue
+            note = (
+                f"prompts per step {prompts} -> {candidate}: {prompts} x {generations} = {prompts * generations} samples "
+                f"cannot be split into {dp} data-parallel ranks of micro-batch {preset.train_micro_batch_size}"
+            )
+            return _Batches(candidate, generations, gbs, (note,))
+    raise refusal
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The generator's choice of split and batches, with the notes the file's header carries."""
+
+    split: _Split
+    batches: _Batches
+
+    @property
+    def notes(self) -> list[str]:
+        return [*self.split.notes, *self.batches.notes]
+
+
+def layout(choices: RunChoices) -> Layout:
+    preset = _preset(choices)
+    split = _placement(choices, preset, generation_nodes(choices, preset))
+    return Layout(split, _batches(choices, preset, split.placed.train_gpus))
+
+
+def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlRelease, gen_nodes: int, split: _Split) -> dict[str, Any]:
     """The cluster, the model, its parallelism and the generation placement."""
     gpn = choices.gpus_per_node
     o: dict[str, Any] = {NUM_NODES: choices.nodes, GPUS_PER_NODE: gpn}
@@ -218,7 +290,10 @@ def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlReleas
         "policy.generation.vllm_cfg.gpu_memory_utilization": VLLM_MEMORY_DEDICATED if gen_nodes else VLLM_MEMORY_COLOCATED,
         COLOCATED: gen_nodes == 0,
     }
-    if gen_nodes:
+    if split.generation_gpus is not None:
+        o[GENERATION_NODES] = None  # one node: null or 1, generation shares it with training
+        o[GENERATION_GPUS_PER_NODE] = split.generation_gpus
+    elif gen_nodes:
         o[GENERATION_NODES] = gen_nodes
         o[GENERATION_GPUS_PER_NODE] = gpn
     return o
@@ -278,11 +353,12 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     """The `grpo` section of the values file."""
     preset = _preset(choices)
     gen_nodes = generation_nodes(choices, preset)
-    batches = _batches(choices, preset, _placement(choices, gen_nodes).train_gpus)
+    chosen = layout(choices)
     name = run_name(choices, preset)
     outputs, output_additions = _output_overrides(choices, name)
     data, data_additions = _data_overrides(choices, rel)
-    o = _shape_overrides(choices, preset, rel, gen_nodes) | _steps_overrides(choices, preset, batches) | outputs | data
+    shape = _shape_overrides(choices, preset, rel, gen_nodes, chosen.split)
+    o = shape | _steps_overrides(choices, preset, chosen.batches) | outputs | data
     o |= choices.extra
     additions = output_additions | data_additions
     return {

@@ -164,6 +164,11 @@ def run_choices(opts: Options) -> grpo.RunChoices:
     )
 
 
+def layout_notes(opts: Options) -> list[str]:
+    """What the generator chose instead of refusing (a split node, another prompts per step)."""
+    return grpo.layout(run_choices(opts)).notes
+
+
 def launcher_values() -> dict[str, Any]:
     return {
         "follow": True,

@@ -9,15 +9,17 @@ from pathlib import Path
 
 from generator.validate.findings import ERROR
 from generator.validate.values import validate_values
-from generator.values.build import Options, build, total_nodes
+from generator.values.build import Options, build, layout_notes, total_nodes
 from generator.values.files import InputError, dump_values, write_atomic
 from generator.values.options import generate_argv, options_from_args
 
 
-def header(argv: list[str]) -> str:
+def header(argv: list[str], notes: list[str] | None = None) -> str:
+    chosen = "".join(f"Chosen for a valid layout: {note}\n" for note in notes or [])
     return (
         "Values for the nemo-rl-gke chart, written by:\n"
         f"  python -m generator {shlex.join(argv)}\n"
+        f"{chosen}"
         "Edit by hand or regenerate; check with: python -m generator validate FILE\n"
         "Install with: helm install RELEASE charts/nemo-rl-gke -f FILE"
     )
@@ -32,7 +34,10 @@ def render_text(opts: Options, argv: list[str]) -> str:
     problems = [f"{f.key}: {f.message}" for f in findings if f.level == ERROR]
     if problems:
         raise InputError("the options give invalid values: " + "; ".join(problems))
-    return dump_values(values, header(argv))
+    notes = layout_notes(opts)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return dump_values(values, header(argv, notes))
 
 
 HELP = "write a values file for one accelerator (the default)"

@@ -19,6 +19,8 @@ from generator.nemo_rl.recipe_config import (
     parse_value,
 )
 from generator.nemo_rl.releases import RELEASES
+from generator.values.build import Options, layout_notes
+from generator.values.generate import render_text
 from generator.vendored import recipe_path
 
 TAGS = sorted(RELEASES)
@@ -237,14 +239,45 @@ def test_global_batch_is_reduced_to_divide_evenly():
     ("opts", "message"),
     [
         ({"nodes": 2, "generation_nodes": 2}, "leaves no node for training"),
-        ({"nodes": 8, "generation_nodes": 2}, "1024 samples per step cannot be split into 6 data-parallel ranks"),
-        ({"nodes": 3, "generation_nodes": 0, "prompts_per_step": 1, "generations_per_prompt": 7}, "cannot be split"),
+        ({"nodes": 1, "generation_nodes": 1}, "gemma3-27b's training TP 8 and vLLM TP 8 do not both fit in 8 GPUs"),
         ({"model": "gpt-5"}, "unknown model"),
     ],
 )
 def test_impossible_runs_are_refused(opts, message):
     with pytest.raises(grpo.SpecError, match=message):
         values_for(**opts)
+
+
+@pytest.mark.parametrize(
+    ("opts", "prompts", "note"),
+    [
+        # 6 training nodes x 8 GPUs / TP 8 = 6 data-parallel ranks; 16 x 64 = 1024 is not a multiple of 6.
+        ({"nodes": 8, "generation_nodes": 2}, 15, "prompts per step 16 -> 15: 16 x 64 = 1024 samples cannot be split into 6"),
+        ({"nodes": 3, "generation_nodes": 0, "prompts_per_step": 1, "generations_per_prompt": 7}, 3, "prompts per step 1 -> 3"),
+    ],
+)
+def test_an_indivisible_batch_takes_the_nearest_prompts_per_step_and_says_so(opts, prompts, note):
+    o = overrides(values_for(**opts))
+    assert o["grpo.num_prompts_per_step"] == prompts
+    notes = layout_notes(Options(gpu="h200", **opts))
+    assert len(notes) == 1 and notes[0].startswith(note)
+
+
+def test_one_node_is_split_between_training_and_generation():
+    # grpo.setup with policy_nodes == 1 (nemo_rl/algorithms/grpo.py, v0.5.0 to v0.7.0): generation
+    # num_nodes null or 1, 0 < generation GPUs < the node's; training gets the rest of the node.
+    o = overrides(values_for(model="qwen2.5-1.5b", nodes=1, generation_nodes=1))
+    assert o["policy.generation.colocated.enabled"] is False
+    assert o["policy.generation.colocated.resources.num_nodes"] is None
+    assert o["policy.generation.colocated.resources.gpus_per_node"] == 4
+    assert layout_notes(Options(gpu="h200", model="qwen2.5-1.5b", nodes=1, generation_nodes=1)) == [
+        "one node split: 4 GPUs for vLLM generation, 4 for training (--generation-nodes 1 on 1 node)"
+    ]
+
+
+def test_the_note_is_in_the_files_header():
+    text = render_text(Options(gpu="h200", nodes=8, generation_nodes=2), ["--gpu", "h200", "--nodes", "8", "--generation-nodes", "2"])
+    assert "# Chosen for a valid layout: prompts per step 16 -> 15: " in text.split("\n\n")[0]
 
 
 def test_generation_placement_defaults():
