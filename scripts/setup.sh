@@ -47,8 +47,9 @@ cat <<'NEXT'
 Done. Next (docs/install-on-gke.md has each step):
   source .venv/bin/activate
   python -m generator infra --gpu h200 --project PROJECT --region REGION --zone ZONE -o infra.sh
-  bash infra.sh     # cluster, GPU pool, Lustre; ends by printing the generator and `helm install` lines to use
-  kubectl create secret generic nemo-rl-tokens --from-file=HF_TOKEN=./hf_token    # gated models (Gemma, Llama) and W&B only
-  python -m generator validate values-h200.yaml
-  helm install nemo-rl charts/nemo-rl-gke -f values-h200.yaml --set ...            # the line infra.sh printed, as printed
+  bash infra.sh     # lists what it creates and asks once; cluster, GPU pool, Lustre; writes values-infra.yaml
+  kubectl create secret generic nemo-rl-tokens -n nemo-rl --from-file=HF_TOKEN=./hf_token   # gated models (Gemma, Llama) and W&B only
+  python -m generator validate values-h200.yaml -f values-infra.yaml
+  python -m generator doctor values-h200.yaml -f values-infra.yaml -n nemo-rl              # the live cluster, read-only
+  helm install nemo-rl charts/nemo-rl-gke --namespace=nemo-rl -f values-h200.yaml -f values-infra.yaml
 NEXT

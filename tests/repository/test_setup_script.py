@@ -25,4 +25,6 @@ def test_setup_runs_in_a_fresh_clone(tmp_path: Path) -> None:
         assert sorted(p.name for p in (clone / "out" / f"values-{gpu}").glob("*.yaml")), gpu
     assert "==> render and validate every object" in run.stdout
     assert "Done. Next (docs/install-on-gke.md has each step):" in run.stdout
+    # the next steps name what the infra script writes and the install takes
+    assert "helm install nemo-rl charts/nemo-rl-gke --namespace=nemo-rl -f values-h200.yaml -f values-infra.yaml" in run.stdout
     assert "Traceback" not in run.stdout + run.stderr
