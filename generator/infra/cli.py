@@ -23,7 +23,7 @@ from generator.infra.script import bring_up_script, teardown_script
 from generator.infra.steps import TOPOLOGY_MODES, InfraOptions
 from generator.option_specs import OptionSpec, canonical_argv, options_of
 from generator.values.files import InputError, write_atomic
-from generator.values.worker_groups import MAX_NODES, GroupSpec, worker_nodes
+from generator.values.worker_groups import MAX_NODES, GroupSpec, parse_groups, worker_nodes
 
 PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")  # RFC 1035, at most 40
@@ -46,7 +46,7 @@ D = DEFAULTS
 
 def _groups(text: str) -> tuple[GroupSpec, ...]:
     try:
-        return tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
+        return parse_groups(text)
     except ValueError as e:
         raise _Invalid(str(e)) from None
 

@@ -14,7 +14,7 @@ from generator.nemo_rl import run_spec as grpo
 from generator.option_specs import OptionSpec, add_arguments, canonical_argv, options_of
 from generator.values.build import Options
 from generator.values.files import InputError
-from generator.values.worker_groups import MAX_NODES, GroupSpec, worker_nodes
+from generator.values.worker_groups import MAX_NODES, GroupSpec, parse_groups
 
 MAX_COUNT = 1_000_000  # --max-steps, --prompts-per-step, ...: bounds that keep the arithmetic small
 RUN = "the GRPO run"
@@ -23,13 +23,9 @@ DEFAULTS = Options(gpu="")
 
 def _groups(text: str) -> tuple[GroupSpec, ...]:
     try:
-        groups = tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
+        return parse_groups(text)
     except ValueError as e:
         raise InputError(str(e)) from None
-    total = worker_nodes(g.replicas for g in groups)
-    if total > MAX_NODES:
-        raise InputError(f"--groups: {total} GPU nodes in all; at most {MAX_NODES}")
-    return groups
 
 
 # In --help order; `header` orders the values file's header command (the canonical argv).

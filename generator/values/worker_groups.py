@@ -40,3 +40,14 @@ class GroupSpec:
 
     def __str__(self) -> str:
         return ":".join([f"{self.name}={self.replicas}", self.provisioning, *([self.reservation] if self.reservation else [])])
+
+
+def parse_groups(text: str) -> tuple[GroupSpec, ...]:
+    """`--groups` as both the values generator and the infra script take it: comma-separated
+    NAME=REPLICAS[:PROVISIONING[:RESERVATION]] entries, at most MAX_NODES GPU nodes in all
+    (ValueError naming the option otherwise)."""
+    groups = tuple(GroupSpec.parse(t) for t in text.split(",") if t.strip())
+    total = worker_nodes(g.replicas for g in groups)
+    if total > MAX_NODES:
+        raise ValueError(f"--groups: {total} GPU nodes in all; at most {MAX_NODES}")
+    return groups
