@@ -623,7 +623,7 @@ def wait_for_files(spec: Spec) -> None:
         log(f"preparation complete: {path}")
 
 
-def release_refusal(spec: Spec) -> str:
+def config_refusal(spec: Spec) -> str:
     """Wait for the preparation Job's verdict on this very run (NeMo RL's own config code, in the
     image); NeMo RL's refusal with the values key to change, or "" to go on."""
     if not spec.config_verdict:
@@ -853,7 +853,7 @@ def launch(spec: Spec) -> int:
     log(f"run {spec.submission_id}: {spec.entrypoint}")
     ledger = Ledger(sum(spec.gpu_release.get("groups", {}).values()) or max(0, spec.expected_nodes - 1))
     progress = Progress(spec.max_num_steps)
-    if refusal := release_refusal(spec):
+    if refusal := config_refusal(spec):
         log(f"FAILED, nothing submitted: {refusal}")
         release_unless_busy(spec, ledger)
         return EXIT_FINAL
@@ -978,18 +978,18 @@ def release_workers(spec: Spec, ledger: Ledger) -> None:
     if workers is None:
         log("the GPU workers stay up (launcher.releaseGpus is false): their nodes are billed until `helm uninstall`")
         return
+    waited = spec.timeout("release_s", RELEASE_WAIT_S)
     try:
         api = KubeApi(workers.service_account_dir)
         done, patched = launcher_workers.release(workers, api)
         log(done)
         if not patched:
             return
-        took = launcher_workers.wait_released(workers, api, spec.timeout("release_s", RELEASE_WAIT_S), spec.poll_interval_s)
+        took = launcher_workers.wait_released(workers, api, waited, spec.poll_interval_s)
     except KubeError as e:
         log(f"could not release the GPU workers ({e}); they stay billed until `helm uninstall`")
         return
     if took is None:
-        waited = spec.timeout("release_s", RELEASE_WAIT_S)
         log(f"KubeRay did not report the GPU workers gone within {waited:.0f}s; see `kubectl describe raycluster {workers.raycluster}`")
         return
     ledger.gpus_released()

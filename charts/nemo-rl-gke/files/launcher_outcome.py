@@ -5,20 +5,20 @@ new launcher would submit a finished run again. The launcher therefore writes th
 state (succeeded, stopped, failed for good) into the run's folder on the shared volume, one file
 per run spec (named by its submission id), and reads it before any submission.
 
-The file is written atomically (a temporary file in the same folder, fsync, rename): a reader
-sees the old file or the new one, never half of one. The launcher mounts only this folder
+The file is written atomically (atomic_file): a reader sees the old file or the new one, never
+half of one. The launcher mounts only this folder
 read-write; checkpoints stay read-only to it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+import atomic_file
 
 STATES = ("succeeded", "stopped", "failed")
 MAX_BYTES = 1 << 16
@@ -62,27 +62,8 @@ def read(folder: str, submission_id: str) -> tuple[Outcome | None, str]:
 
 
 def write(folder: str, outcome: Outcome) -> str:
-    """Write the outcome atomically; returns the file's path."""
-    os.makedirs(folder, exist_ok=True)
+    """Write the outcome atomically (atomic_file); returns the file's path."""
     data: dict[str, Any] = asdict(outcome) | {"recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     path = path_of(folder, outcome.submission_id)
-    fd, tmp = tempfile.mkstemp(prefix=f".{outcome.submission_id}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder is synced
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    atomic_file.write_lines(path, [json.dumps(data, indent=2, sort_keys=True)])
     return path
-

@@ -27,11 +27,11 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import atomic_file
 import config_check
 
 GSM8K_DATASET = ("openai/gsm8k", "main")
@@ -63,26 +63,6 @@ def to_row(example: dict[str, Any]) -> dict[str, str]:
     return {"input": str(example["question"]).strip(), "output": extract_final_answer(str(example["answer"]))}
 
 
-def _write_atomic(path: str, lines: Iterable[str]) -> int:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line + "\n")
-                count += 1
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return count
-
-
 def jsonl_valid(path: str) -> int:
     """Number of rows if every line is a {"input", "output"} object with a short output, else 0."""
     try:
@@ -107,7 +87,7 @@ def write_gsm8k(out_dir: str, load: Callable[[str], Iterable[dict[str, Any]]]) -
         if existing:
             counts[split] = existing
             continue
-        counts[split] = _write_atomic(path, (json.dumps(to_row(ex), ensure_ascii=False) for ex in load(split)))
+        counts[split] = atomic_file.write_lines(path, (json.dumps(to_row(ex), ensure_ascii=False) for ex in load(split)))
         if not counts[split]:
             raise PrepareError(f"GSM8K {split} split is empty")
     return counts
@@ -153,7 +133,7 @@ def check_run(check: dict[str, Any], image: str, log: Callable[[str], None], run
     log(f"checking the run with NeMo RL's own config code in this image: {check['entrypoint']}")
     result, took = run(check["entrypoint"], CHECK_TIMEOUT_S)
     verdict = config_check.verdict(check, image, result, took)
-    _write_atomic(path, [json.dumps(dataclasses.asdict(verdict), sort_keys=True)])
+    atomic_file.write_lines(path, [json.dumps(dataclasses.asdict(verdict), sort_keys=True)])
     log(f"{verdict.state}: {verdict.message}")
     return verdict
 
@@ -204,7 +184,7 @@ def prepare(
     report["bytes"] = folder_bytes(spec["hf_home"]) - before
     report["seconds"] = round(time.monotonic() - start, 1)
     # The marker is written last: its presence means everything above completed.
-    _write_atomic(marker, [json.dumps(report, sort_keys=True)])
+    atomic_file.write_lines(marker, [json.dumps(report, sort_keys=True)])
     log(f"done: {report['bytes']} bytes in {report['seconds']} s; marker {marker}")
     return report
 

@@ -69,15 +69,16 @@ helm.sh/chart: {{ include "nemo-rl-gke.chart" .ctx }}
 {{- end -}}
 {{- end -}}
 
-{{/* Who a pod runs as: the release's ServiceAccount without a Kubernetes API token (no pod of the
-chart calls the API), the pod's security context when given, and the image pull Secrets.
-Call with (dict "ctx" $ "securityContext" MAP-or-nothing). */}}
 {{/* The launcher's own ServiceAccount: the one identity with a Kubernetes API token, bound to a
 Role that may get and patch this release's RayCluster (launcher.releaseGpus). */}}
 {{- define "nemo-rl-gke.launcherServiceAccountName" -}}
 {{- printf "%s-launcher" (include "nemo-rl-gke.fullname" .) -}}
 {{- end -}}
 
+{{/* Who a pod runs as: the release's ServiceAccount without a Kubernetes API token (only the
+launcher calls the API: pass "serviceAccount" and "token" true for it), the pod's security
+context when given, and the image pull Secrets.
+Call with (dict "ctx" $ "securityContext" MAP-or-nothing). */}}
 {{- define "nemo-rl-gke.podIdentity" -}}
 serviceAccountName: {{ .serviceAccount | default (include "nemo-rl-gke.serviceAccountName" .ctx) | quote }}
 automountServiceAccountToken: {{ .token | default false }}
@@ -107,10 +108,11 @@ name in different namespaces do not collide. */}}
 {{- with .Values.image.digest }}@{{ . }}{{ end -}}
 {{- end -}}
 
-{{/* The pod-level security context of the Ray pods: the container runtime's default seccomp
-profile. GKE Standard runs pods without it unconfined (Autopilot applies it itself); Kubernetes'
-baseline Pod Security level allows RuntimeDefault and Localhost only. */}}
-{{- define "nemo-rl-gke.rayPodSecurity" -}}
+{{/* The pod-level security context of every pod the chart renders (the Jobs and the test pod add
+their user): the container runtime's default seccomp profile. GKE Standard runs pods without it
+unconfined (Autopilot applies it itself); Kubernetes' baseline Pod Security level allows
+RuntimeDefault and Localhost only. */}}
+{{- define "nemo-rl-gke.podSeccomp" -}}
 {{- dict "seccompProfile" (dict "type" "RuntimeDefault") | toYaml -}}
 {{- end -}}
 

@@ -152,7 +152,7 @@ and no Kubernetes API token, except the launcher's when it releases the GPU work
 launcher and the preparation Job write folders of the shared volume that root pods create; see
 launcher.runAsUser), any other id runs as that user and group, with that fsGroup. */}}
 {{- define "nemo-rl-gke.jobPodSecurity" -}}
-{{- $pod := dict "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- $pod := include "nemo-rl-gke.podSeccomp" . | fromYaml -}}
 {{- with .runAsUser -}}
 {{- $_ := set $pod "runAsNonRoot" true -}}
 {{- $_ := set $pod "runAsUser" . -}}
