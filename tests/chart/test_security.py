@@ -180,7 +180,9 @@ def test_dashboard_is_not_exposed_outside_the_cluster(helm):
 def test_pod_disruption_budget_holds_every_ray_pod(helm):
     objs = render(helm)
     pdb = one(objs, "PodDisruptionBudget")
-    assert pdb["spec"]["maxUnavailable"] == 0
+    assert "maxUnavailable" not in pdb["spec"], "a RayCluster has no scale subresource: only an integer minAvailable works"
+    rc = one(objs, "RayCluster")
+    assert pdb["spec"]["minAvailable"] == 1 + sum(g["replicas"] for g in rc["spec"]["workerGroupSpecs"])
     pods = dict(pod_specs(objs))
     assert _matches(pdb["spec"]["selector"], pods["head"]["metadata"]["labels"])
     assert _matches(pdb["spec"]["selector"], pods["worker:gpu"]["metadata"]["labels"])
