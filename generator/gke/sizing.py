@@ -40,11 +40,27 @@ class Allocatable:
     memory_gib: float
 
 
+def allocatable_of(vcpus: int, memory_gib: float) -> Allocatable:
+    """Allocatable CPU and memory of a GKE Standard node with this many vCPUs and GiB."""
+    cpu = vcpus - _tiered(vcpus, _CPU_TIERS)
+    mem = memory_gib - _tiered(memory_gib, _MEMORY_TIERS) - _EVICTION_MIB / 1024
+    return Allocatable(cpu=cpu, memory_gib=mem)
+
+
 def allocatable(p: AcceleratorProfile) -> Allocatable:
     """Allocatable CPU and memory of a GKE Standard node of this machine type."""
-    cpu = p.host_vcpus - _tiered(p.host_vcpus, _CPU_TIERS)
-    mem = p.host_memory_gib - _tiered(p.host_memory_gib, _MEMORY_TIERS) - _EVICTION_MIB / 1024
-    return Allocatable(cpu=cpu, memory_gib=mem)
+    return allocatable_of(p.host_vcpus, p.host_memory_gib)
+
+
+# GKE's boot disk default (pd-balanced, 100 GB) and its ephemeral-storage reservation on a node
+# whose ephemeral storage is the boot disk: an eviction threshold of 10% of the disk, and for the
+# system min(50% of the disk, 6 GiB + 35% of the disk, 100 GiB) ("Standard cluster architecture",
+# node allocatable resources).
+BOOT_DISK_GIB = 100
+
+
+def ephemeral_allocatable_gib(disk_gib: float = BOOT_DISK_GIB) -> float:
+    return disk_gib - 0.10 * disk_gib - min(0.5 * disk_gib, 6 + 0.35 * disk_gib, 100)
 
 
 def usable(p: AcceleratorProfile) -> Allocatable:

@@ -19,6 +19,7 @@ import shlex
 from dataclasses import dataclass
 
 from generator.gke import networks, versions
+from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
 from generator.gke.provisioning import DEFAULT_MODE, DEFAULT_PROVISIONING
 from generator.infra import kueue
@@ -32,7 +33,7 @@ APIS = (
 )
 # Standard clusters: the default pool (one node, in the GPU zone) holds the Ray head
 # (head.resources in the values file: 6 CPU / 24Gi) beside GKE's system pods.
-CPU_MACHINE_TYPE = "e2-standard-16"
+CPU_MACHINE_TYPE = CPU_POOL.machine_type
 GVNIC_RANGE = "192.168.0.0/24"
 RDMA_RANGE = "192.168.{}.0/24"  # subnet i gets 192.168.(i+1).0/24
 GVNIC_FIREWALL_SOURCE = "192.168.0.0/16"
@@ -437,6 +438,13 @@ SET_GIB_IMAGE = """\
     nccl-rdma-installer="$GIB_IMAGE"
 """
 
+# The Pod Security labels of the release's namespace (the test bed labels its namespaces so too).
+NAMESPACE_LABELS = {
+    "pod-security.kubernetes.io/enforce": "privileged",
+    "pod-security.kubernetes.io/warn": "baseline",
+    "pod-security.kubernetes.io/audit": "baseline",
+}
+_LABEL_ARGS = [f"{k}={v}" for k, v in NAMESPACE_LABELS.items()]
 NAMESPACE_STEP = """\
 # The release's namespace, at the Pod Security level the chart needs: the GPU workers mount the
 # NVIDIA driver and gIB from the node (hostPath), which the baseline level forbids, so enforce
@@ -447,12 +455,11 @@ fi
 level=''
 query level '' kubectl get namespace "$NAMESPACE" -o jsonpath='{.metadata.labels.pod-security\\.kubernetes\\.io/enforce}'
 if [ "$level" != privileged ]; then
-  run kubectl label namespace "$NAMESPACE" --overwrite pod-security.kubernetes.io/enforce=privileged \\
-    pod-security.kubernetes.io/warn=baseline pod-security.kubernetes.io/audit=baseline
+  run kubectl label namespace "$NAMESPACE" --overwrite {labels}
 else
   echo "    = $NAMESPACE enforces the privileged Pod Security level"
 fi
-"""
+""".replace("{labels}", f"{_LABEL_ARGS[0]} \\\n    {' '.join(_LABEL_ARGS[1:])}")
 
 LUSTRE_ACCESS = """\
 # Private services access on the cluster's VPC: Managed Lustre takes its addresses from this range.
@@ -745,4 +752,3 @@ def teardown_steps(o: InfraOptions) -> list[Step]:
         Step("gVNIC VPC, subnet and firewall", TEARDOWN_GVNIC_NETWORK),
         Step("Cluster VPC", TEARDOWN_CLUSTER_NETWORK),
     ]
-
