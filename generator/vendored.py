@@ -1,16 +1,19 @@
 """Third-party data the product reads, carried in the repository under `vendor/`.
 
-Two sets, each copied unmodified from a public repository, with a provenance note and a checksum
+Three sets, each copied unmodified from a public repository, with a provenance note and a checksum
 list (`PROVENANCE.md`, `SHA256SUMS`) that this module writes and a test verifies:
 
 - `vendor/kuberay/<version>/`: the KubeRay CRDs (RayCluster, RayJob) of the operator versions
   the chart must render for; `manifests` validates every rendered RayCluster against each;
 - `vendor/nemo-rl/<tag>/`: the NeMo RL example configs of every release the generator offers, in
   the repository's own layout so each recipe's `defaults:` chain resolves; `validate` and
-  `rehearse` merge the chosen release's own recipe from here.
+  `rehearse` merge the chosen release's own recipe from here;
+- `vendor/gke-networking-api/<version>/`: the CRDs of GKE's multi-networking kinds (`Network`,
+  `GKENetworkParamSet`), which the test bed's real API server serves.
 
-The files are data, never hand-edited: `scripts/vendor.sh FOLDER` refreshes both sets from a
-folder laid out as `crds/kuberay-<version>/*.yaml` and `nemo-rl/<tag>/examples/configs/...`.
+The files are data, never hand-edited: `scripts/vendor.sh FOLDER` refreshes every set from a
+folder laid out as `crds/kuberay-<version>/*.yaml`, `nemo-rl/<tag>/examples/configs/...` and
+`crds/gke-networking-api-<version>/*.yaml`.
 Nothing here reads a path outside the repository.
 """
 
@@ -51,8 +54,9 @@ class DataSet:
     license: str
     upstream_path: str  # where the files sit in the upstream repository, for each version
     source_folder: str  # where refresh finds one version in the folder it is given
-    versions: dict[str, str]  # version -> upstream commit
+    versions: dict[str, str]  # version -> upstream commit (or what pins it, named by `pinned_by`)
     purpose: str
+    pinned_by: str = "commit"
 
     @property
     def root(self) -> Path:
@@ -87,7 +91,22 @@ NEMO_RL = DataSet(
     purpose="The recipes the generator chooses, merged over their `defaults:` chains by validate and rehearse.",
 )
 
-SETS: tuple[DataSet, ...] = (KUBERAY, NEMO_RL)
+GKE_NETWORKING = DataSet(
+    name="gke-networking-api",
+    repository="GoogleCloudPlatform/gke-networking-api",
+    license="Apache-2.0",
+    upstream_path="config/crds/networking.gke.io_{networks,gkenetworkparamsets}.yaml",
+    source_folder="crds/gke-networking-api-{version}",
+    versions={
+        # Taken from the Go module github.com/GoogleCloudPlatform/gke-networking-api at this version,
+        # as the Go module proxy serves it; the hash is the module's in go.sum form.
+        "v0.2.11": "h1:U9n3hHMyWvGHO+wiEUxoLHQlqUxU0oARuCHoDZTDxUQ=",
+    },
+    purpose="The test bed's API server serves GKE's multi-networking kinds (Network, GKENetworkParamSet) from these CRDs.",
+    pinned_by="Go module hash",
+)
+
+SETS: tuple[DataSet, ...] = (KUBERAY, NEMO_RL, GKE_NETWORKING)
 REFRESH = "scripts/vendor.sh refresh FOLDER"
 
 
@@ -216,7 +235,7 @@ def provenance_text(data: DataSet) -> str:
         f"- use here: {data.purpose}",
         f"- checksums: {SUMS} (sha256sum format)",
         "",
-        "| version | commit |",
+        f"| version | {data.pinned_by} |",
         "|---|---|",
         *(f"| {v} | {c} |" for v, c in data.versions.items()),
         "",
@@ -249,7 +268,7 @@ def _stage(data: DataSet, source: Path, stage: Path) -> None:
 
 
 def refresh(source: Path, vendor: Path = VENDOR) -> list[str]:
-    """Replace both sets under `vendor` with the files in `source`; nothing is changed unless
+    """Replace every set under `vendor` with the files in `source`; nothing is changed unless
     every set is complete (every version, every generator recipe with its defaults chain)."""
     with tempfile.TemporaryDirectory(prefix=".vendor-", dir=vendor.parent) as tmp:
         staged = {}
@@ -278,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/vendor.sh", description="check or refresh the data under vendor/")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="verify every file against its SHA256SUMS")
-    r = sub.add_parser("refresh", help="copy both sets from FOLDER (crds/kuberay-<v>/, nemo-rl/<tag>/)")
+    r = sub.add_parser("refresh", help="copy every set from FOLDER (crds/kuberay-<v>/, nemo-rl/<tag>/, crds/gke-networking-api-<v>/)")
     r.add_argument("folder", type=Path)
     args = p.parse_args(argv)
     try:

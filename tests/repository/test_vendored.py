@@ -15,7 +15,7 @@ from conftest import ROOT
 from generator import vendored
 from generator.nemo_rl.releases import RELEASES
 from generator.nemo_rl.run_spec import MODELS
-from generator.vendored import KUBERAY, NEMO_RL, SETS, MissingDataError
+from generator.vendored import GKE_NETWORKING, KUBERAY, NEMO_RL, SETS, MissingDataError
 
 
 @pytest.mark.parametrize("data", SETS, ids=lambda d: d.name)
@@ -32,7 +32,10 @@ def test_provenance_names_repository_commit_and_license(data):
     assert f"https://github.com/{data.repository}" in text and data.license in text
     for version, commit in data.versions.items():
         assert f"| {version} | {commit} |" in text
-        assert len(commit) == 40
+        if data.pinned_by == "commit":
+            assert len(commit) == 40
+        else:  # a Go module's hash as go.sum writes it
+            assert commit.startswith("h1:") and commit.endswith("=")
 
 
 def test_an_edited_or_added_file_is_found(tmp_path):
@@ -70,6 +73,8 @@ def _fixtures_folder(tmp_path: Path) -> Path:
         shutil.copytree(KUBERAY.root / version, src / "crds" / f"kuberay-{version}")
     for tag in NEMO_RL.versions:
         shutil.copytree(NEMO_RL.root / tag, src / "nemo-rl" / tag)
+    for version in GKE_NETWORKING.versions:
+        shutil.copytree(GKE_NETWORKING.root / version, src / "crds" / f"gke-networking-api-{version}")
     return src
 
 
@@ -77,7 +82,7 @@ def test_refresh_rewrites_the_same_tree_from_a_folder(tmp_path):
     src = _fixtures_folder(tmp_path)
     out = tmp_path / "vendor"
     report = vendored.refresh(src, out)
-    assert report == [f"{out / 'kuberay'}: 4 files", f"{out / 'nemo-rl'}: 18 files"]
+    assert report == [f"{out / 'kuberay'}: 4 files", f"{out / 'nemo-rl'}: 18 files", f"{out / 'gke-networking-api'}: 2 files"]
     for data in SETS:
         for p in sorted(data.root.rglob("*")):
             if p.is_file():
@@ -97,7 +102,7 @@ def test_refresh_refuses_a_folder_missing_a_defaults_parent_and_changes_nothing(
 
 def test_the_script_checks_and_refuses_with_one_line(tmp_path):
     ok = subprocess.run([str(ROOT / "scripts" / "vendor.sh"), "check"], capture_output=True, text=True, check=False)
-    assert ok.returncode == 0 and ok.stdout == "vendor/: 22 files match their checksums\n"
+    assert ok.returncode == 0 and ok.stdout == "vendor/: 24 files match their checksums\n"
     bad = subprocess.run([str(ROOT / "scripts" / "vendor.sh"), "refresh", str(tmp_path)], capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr == f"error: {tmp_path}/crds/kuberay-v1.3.2: missing - give a folder holding crds/kuberay-<version>/ for v1.3.2\n"
