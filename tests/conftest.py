@@ -164,3 +164,42 @@ def client(head):
 def tmp_values(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder for a test module's values files."""
     return tmp_path_factory.mktemp("values")
+
+
+# --- the cluster lane: the real test bed (testbed/), one per session ----------------------------
+
+CLUSTER_LANE = ROOT / "tests" / "cluster"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/cluster/ runs against the test bed: marked `cluster`, so that
+    `scripts/test.sh` runs them in their own lane, in one process (a pytest-xdist worker would
+    start a test bed of its own)."""
+    for item in items:
+        if CLUSTER_LANE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def bed(tmp_path_factory: pytest.TempPathFactory):
+    """The test bed, built where needed and started once; every process stopped at the end, also
+    after a failure or Ctrl-C (and the kernel kills them should this process die outright)."""
+    from testbed import bed as testbed
+    from testbed.processes import Supervisor, _alive
+
+    state = tmp_path_factory.mktemp("testbed")
+    t = testbed.up(state, log=lambda line: print(f"[testbed] {line}", flush=True))
+    print(f"[testbed] started in {sum(v for k, v in t.timings.items() if k != 'build'):.1f} s: {t.timings}", flush=True)
+    records = Supervisor(state).records()
+    try:
+        yield t
+    finally:
+        testbed.down(state)
+        left = [r.name for r in records if _alive(r)]
+        assert not left, f"test bed processes survived its teardown: {left}"
+
+
+@pytest.fixture(scope="session", params=["v1.3.2", "v1.6.2"], ids=lambda v: f"kuberay-{v}")
+def kuberay(request: pytest.FixtureRequest) -> str:
+    """Each KubeRay version the test bed runs, for the tests that depend on the operator."""
+    return request.param
