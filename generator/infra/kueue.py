@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from generator.gke.profiles import profile
+from generator.gke.provisioning import TYPES
 
 if TYPE_CHECKING:
     from generator.infra.steps import InfraOptions
@@ -70,14 +71,8 @@ def flavor_name(gpu: str, provisioning: str, reservation: str = "") -> str:
 
 
 def _flavor_labels(node_label: str, provisioning: str, reservation: str) -> dict[str, str]:
-    labels = {"cloud.google.com/gke-accelerator": node_label}
-    if provisioning == "spot":
-        labels["cloud.google.com/gke-spot"] = "true"
-    elif provisioning == "flex-start":
-        labels["cloud.google.com/gke-flex-start"] = "true"
-    elif provisioning == "reservation":
-        labels["cloud.google.com/reservation-name"] = reservation
-    return labels
+    """The labels of the pool's nodes the chart's worker pods select (gke/provisioning.TYPES)."""
+    return {"cloud.google.com/gke-accelerator": node_label} | TYPES[provisioning].node_labels(reservation)
 
 
 def manifests(o: InfraOptions) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from generator.gke.profiles import PROFILES
+from generator.gke.provisioning import TYPES
 from generator.gke.sizing import parse_quantity
 from generator.paths import CHART_DIR
 from generator.render.helm import DEFAULT_NAMESPACE, helm_env
@@ -43,7 +44,7 @@ _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 MAX_NODE_CPUS = max(p.host_vcpus for p in PROFILES.values())
 # Kueue's RayCluster integration names the head's pod set "head": a worker group of that name collides.
 KUEUE_RESERVED_GROUP = "head"
-SPOT = "cloud.google.com/gke-spot"
+SPOT = TYPES["spot"].labels[0][0]  # cloud.google.com/gke-spot
 
 
 @dataclass(frozen=True)
@@ -220,14 +221,9 @@ def _chart_worker_selector(values: dict[str, Any], group: dict[str, Any]) -> dic
     sel = {"cloud.google.com/gke-accelerator": str(values["accelerator"]["nodeLabel"])}
     if values.get("gke", {}).get("mode") == "autopilot":
         sel["cloud.google.com/gke-accelerator-count"] = str(values["accelerator"]["gpusPerNode"])
-    p = group.get("provisioning")
-    if p == "spot":
-        sel[SPOT] = "true"
-    elif p == "flex-start":
-        sel["cloud.google.com/gke-flex-start"] = "true"
-    elif p == "reservation":
-        sel["cloud.google.com/reservation-name"] = str(group.get("reservationName", ""))
-        sel["cloud.google.com/reservation-affinity"] = "specific"
+    kind = TYPES.get(str(group.get("provisioning")))
+    if kind is not None:
+        sel |= kind.node_labels(str(group.get("reservationName", "")))
     return sel
 
 

@@ -457,6 +457,7 @@ spec:
   nodeLabels:
     cloud.google.com/gke-accelerator: nvidia-h200-141gb
     cloud.google.com/reservation-name: rl-reservation
+    cloud.google.com/reservation-affinity: specific
   topologyName: gke-default
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
