@@ -96,9 +96,7 @@ def table() -> str:
         ex = example(run)
         before, after = node_hours("before", ex.released), node_hours("after", ex.released)
         nodes = f"{ex.released}" + (f" (+{ex.reserved} reserved, billed either way)" if ex.reserved else "")
-        rows.append(
-            f"| {run} | {nodes} | {_sum(before)} | {_sum(after)} | {sum(before.values()) - sum(after.values()):.1f} |"
-        )
+        rows.append(f"| {run} | {nodes} | {_sum(before)} | {_sum(after)} | {sum(before.values()) - sum(after.values()):.1f} |")
     return "\n".join(rows) + "\n"
 
 

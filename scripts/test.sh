@@ -19,8 +19,9 @@ case "${1:-}" in
 esac
 
 scripts/bootstrap.sh dev
-echo "==> ruff"
+echo "==> ruff (lint and format)"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check . >&2; echo "error: run .venv/bin/ruff format ." >&2; exit 1; }
 echo "==> vendored data (scripts/vendor.sh check)"
 scripts/vendor.sh check | sed 's/^/    /'
 

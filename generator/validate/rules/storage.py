@@ -70,7 +70,8 @@ def _run_folders(ctx: Context, mount: str) -> Iterator[Finding]:
             "grpo.runName",
             f"{name!r}, but {' and '.join(RUN_OUTPUTS)} are still in run {other}'s folder {run_folder(mount, other)}/:"
             f" {SHARED_OUTPUT['checkpointing.checkpoint_dir']}",
-            "set " + " and ".join(f"{key}={own}/{sub}" for key, sub in RUN_OUTPUTS.items())
+            "set "
+            + " and ".join(f"{key}={own}/{sub}" for key, sub in RUN_OUTPUTS.items())
             + f" (python -m generator --run-name {name} writes both), or set grpo.runName back to {other}",
         )
         return
