@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from generator.nemo_rl.releases import RELEASES
 from generator.values.files import InputError
 from generator.values.schema import ROOT
 
@@ -83,11 +84,7 @@ NEMO_RL = DataSet(
     license="Apache-2.0",
     upstream_path="the same relative path (examples/configs/...)",
     source_folder="nemo-rl/{version}",
-    versions={
-        "v0.5.0": "6c7089300fded94abfa49bb9cbf9eb357d862461",
-        "v0.6.0": "5fb588932bf835506a8a5bac01de4f8c7ab0a065",
-        "v0.7.0": "81aa43dda4765b0429cf31dab44441e4e4383911",
-    },
+    versions={tag: r.commit for tag, r in RELEASES.items()},  # the release table is the one list
     purpose="The recipes the generator chooses, merged over their `defaults:` chains by validate and rehearse.",
 )
 

@@ -1,4 +1,9 @@
-"""NeMo RL releases the chart supports: image tag, Ray inside the image, entry point, data keys."""
+"""NeMo RL releases the chart supports, one row each: image tag, Ray inside the image, entry point,
+data keys, what its start-up enforces, and the commit of its configs carried in vendor/nemo-rl/.
+
+Adding a release is one row here plus its configs (`scripts/vendor.sh refresh FOLDER`, which reads
+the commit from this row) and `scripts/sync.sh` (the schema's and docs' release lists, the
+examples); everything else reads the table."""
 
 from __future__ import annotations
 
@@ -22,12 +27,23 @@ class NemoRlRelease:
     # v0.7.0's grpo.setup asserts "Non-colocated mode requires train_nodes > 0 and inference_nodes > 0";
     # v0.5.0 and v0.6.0 build an empty training cluster and fail later.
     asserts_training_nodes: bool
+    # The NVIDIA-NeMo/RL commit the release's tag points at: its configs under vendor/nemo-rl/<tag>/.
+    commit: str
 
 
 RELEASES: dict[str, NemoRlRelease] = {
-    "v0.5.0": NemoRlRelease("v0.5.0", "2.49.2", "examples/run_grpo_math.py", "flat", True, False, False, False),
-    "v0.6.0": NemoRlRelease("v0.6.0", "2.54.0", "examples/run_grpo.py", "nested", True, True, False, False),
-    "v0.7.0": NemoRlRelease("v0.7.0", "2.55.1", "examples/run_grpo.py", "nested", False, True, True, True),
+    r.tag: r
+    for r in (
+        NemoRlRelease(
+            "v0.5.0", "2.49.2", "examples/run_grpo_math.py", "flat", True, False, False, False, "6c7089300fded94abfa49bb9cbf9eb357d862461"
+        ),
+        NemoRlRelease(
+            "v0.6.0", "2.54.0", "examples/run_grpo.py", "nested", True, True, False, False, "5fb588932bf835506a8a5bac01de4f8c7ab0a065"
+        ),
+        NemoRlRelease(
+            "v0.7.0", "2.55.1", "examples/run_grpo.py", "nested", False, True, True, True, "81aa43dda4765b0429cf31dab44441e4e4383911"
+        ),
+    )
 }
 
 DEFAULT_RELEASE = "v0.7.0"

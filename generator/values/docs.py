@@ -90,3 +90,32 @@ def replace_table(readme: str, table: str) -> str:
     head, rest = readme.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{table}\n{END}{tail}"
+
+
+RELEASES_START = "<!-- releases:begin -->"
+RELEASES_END = "<!-- releases:end -->"
+
+
+def releases_table() -> str:
+    """The NeMo RL releases the project supports, from the release table (docs/values.md)."""
+    from generator.nemo_rl.releases import IMAGE_REPOSITORY, RELEASES
+    from generator.vendored import NEMO_RL
+
+    rows = [
+        "| Release | Image | Ray in the image | Entry script | GSM8K data keys | Configs carried (vendor/nemo-rl/) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for tag, r in RELEASES.items():
+        rows.append(
+            f"| {tag} | `{IMAGE_REPOSITORY}:{tag}` | {r.ray_version} | `{r.entrypoint}` | {r.data_layout} | "
+            f"[{r.commit[:12]}](https://github.com/{NEMO_RL.repository}/tree/{r.commit}) |"
+        )
+    return "\n".join(rows)
+
+
+def replace_releases_table(text: str) -> str:
+    if RELEASES_START not in text or RELEASES_END not in text:
+        raise ValueError("docs/values.md lacks the releases-table markers")
+    head, rest = text.split(RELEASES_START, 1)
+    _, tail = rest.split(RELEASES_END, 1)
+    return f"{head}{RELEASES_START}\n{releases_table()}\n{RELEASES_END}{tail}"

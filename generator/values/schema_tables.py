@@ -3,6 +3,8 @@
 - the accelerator section, from the profile table (profiles.PROFILES): the enums of
   `accelerator.type`, `.machineType` and `.nodeLabel` and the descriptions that name each profile,
   so adding a profile to the table is all it takes;
+- the NeMo RL release lists, from the release table (nemo_rl.releases.RELEASES): the descriptions
+  of `image.tag`, `rayVersion`, `grpo.entrypoint` and `head.resources`;
 - `gke.mode` (gke.MODES), `workerGroups[].provisioning` (gke.PROVISIONING) and the most
   `workerGroups[].replicas` (worker_groups.MAX_NODES)."""
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import MODES, PROVISIONING
+from generator.nemo_rl.releases import RELEASES
 from generator.values.worker_groups import MAX_NODES
 
 
@@ -45,11 +48,40 @@ def accelerator_schema(section: dict[str, Any]) -> dict[str, Any]:
     return section
 
 
+def _span(tags: list[str]) -> str:
+    return tags[0] if len(tags) == 1 else f"{tags[0]} to {tags[-1]}"
+
+
+def release_descriptions(props: dict[str, Any]) -> None:
+    """The descriptions that list NeMo RL releases, written from the release table."""
+    tags = list(RELEASES)
+    props["image"]["properties"]["tag"]["description"] = (
+        f"Pinned NeMo RL release tag ({_either(tags)}). Never 'latest': rayVersion must match the Ray inside the image."
+    )
+    rays = ", ".join(f"{t}: {r.ray_version}" for t, r in RELEASES.items())
+    props["rayVersion"]["description"] = (
+        f"RayCluster spec.rayVersion; must equal the Ray inside the image ({rays}). The generator sets it from the release."
+    )
+    scripts: dict[str, list[str]] = {}
+    for t, r in RELEASES.items():
+        scripts.setdefault(r.entrypoint, []).append(t)
+    props["grpo"]["properties"]["entrypoint"]["description"] = (
+        f"NeMo RL's GRPO script for the release: {_either([f'{s} ({_span(ts)})' for s, ts in scripts.items()])}."
+    )
+    needs = [t for t, r in RELEASES.items() if r.head_needs_cpu]
+    props["head"]["properties"]["resources"]["description"] = (
+        "CPU/memory of the head's Ray container. KubeRay gives Ray as many CPUs as the CPU limit"
+        + (f"; NeMo RL {'/'.join(needs)} need at least 1" if needs else "")
+        + ". The memory limit must cover the request plus shmSize."
+    )
+
+
 def synced_schema_text(text: str) -> str:
     """The schema file's text with the parts that copy a Python table generated from it."""
     schema = json.loads(text)
     props = schema["properties"]
     accelerator_schema(props["accelerator"])
+    release_descriptions(props)
     props["gke"]["properties"]["mode"]["enum"] = list(MODES)
     group = props["workerGroups"]["items"]["properties"]
     group["provisioning"]["enum"] = list(PROVISIONING)

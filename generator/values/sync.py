@@ -9,6 +9,7 @@
 - charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu <every profile> --mode autopilot
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
+- docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
 from generator.paths import CHART_DIR, ROOT
-from generator.values.docs import replace_table, values_table
+from generator.values.docs import replace_releases_table, replace_table, values_table
 from generator.values.generate import render_text
 from generator.values.options import generate_argv, options_from_args
 from generator.values.schema import SCHEMA_PATH, load_schema
@@ -58,6 +59,10 @@ EXAMPLES: dict[str, list[str]] = {
 }
 
 
+def _releases_doc() -> str:
+    return replace_releases_table((ROOT / "docs" / "values.md").read_text(encoding="utf-8"))
+
+
 def _schema() -> str:
     return synced_schema_text(SCHEMA_PATH.read_text(encoding="utf-8"))
 
@@ -73,7 +78,7 @@ def targets() -> dict[Path, Callable[[], str]]:
         }
         | {CHART_DIR / "ci" / f"{gpu}-values.yaml": _generated(["--gpu", gpu]) for gpu in others}
         | {CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"]) for gpu in PROFILES}
-        | {CHART_DIR / "README.md": _readme}
+        | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
     )
 
