@@ -10,11 +10,14 @@
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 - docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
+- tests/chart/snapshots/<scenario>.yaml   <- helm template of each ci/ scenario and example (pinned Helm 4),
+                                           so a reviewer sees every template change as rendered YAML
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +66,37 @@ def _releases_doc() -> str:
     return replace_releases_table((ROOT / "docs" / "values.md").read_text(encoding="utf-8"))
 
 
+SNAPSHOTS_DIR = ROOT / "tests" / "chart" / "snapshots"
+SNAPSHOT_RELEASE = "nemo-rl"
+
+
+def snapshot_sources() -> list[Path]:
+    """Every values file a snapshot is rendered from: the chart's ci/ scenarios and the examples."""
+    return sorted((CHART_DIR / "ci").glob("*-values.yaml")) + sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+
+def _snapshot(values: Path) -> Callable[[], str]:
+    def make() -> str:
+        from generator.render.helm import pinned_or_input_error
+        from generator.render.manifests import parse_documents
+
+        text = pinned_or_input_error().template([values], release=SNAPSHOT_RELEASE, namespace=SNAPSHOT_RELEASE)
+        docs = parse_documents(text)
+        for doc in docs:  # the chart's programs are files of their own: each stands here as its hash
+            data = doc.get("data") if doc.get("kind") == "ConfigMap" else None
+            for key in [k for k in data or {} if k.endswith(".py")]:
+                digest = hashlib.sha256(data[key].encode()).hexdigest()[:16]
+                data[key] = f"charts/nemo-rl-gke/files/{key}, sha256 {digest}"
+        body = "".join("---\n" + yaml.safe_dump(d, sort_keys=False, width=120) for d in docs)
+        source = values.relative_to(ROOT)
+        return (
+            f"# helm template {SNAPSHOT_RELEASE} charts/nemo-rl-gke -n {SNAPSHOT_RELEASE} -f {source} (pinned Helm 4), written by\n"
+            f"# scripts/sync.sh; the chart's programs in the run's ConfigMap are shown by their hash.\n{body}"
+        )
+
+    return make
+
+
 def _schema() -> str:
     return synced_schema_text(SCHEMA_PATH.read_text(encoding="utf-8"))
 
@@ -80,6 +114,8 @@ def targets() -> dict[Path, Callable[[], str]]:
         | {CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"]) for gpu in PROFILES}
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
+        # last: rendered from the files above as they are written
+        | {SNAPSHOTS_DIR / f"{p.stem}.yaml": _snapshot(p) for p in snapshot_sources()}
     )
 
 
