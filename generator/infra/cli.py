@@ -64,7 +64,7 @@ INFRA_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--groups",
         "one GPU node pool per worker group instead of --nodes/--provisioning, as the values generator takes them: "
-        "NAME=REPLICAS[:PROVISIONING[:RESERVATION]],... e.g. train=4:reservation:res-a,generate=4:spot",
+        "NAME=REPLICAS[:PROVISIONING[:RESERVATION]],... e.g. reserved=4:reservation:res-a,spot=4:spot",
         unset_default=True,
         convert=_groups,
         show=lambda groups: ",".join(map(str, groups)),

@@ -58,7 +58,7 @@ GENERATE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--groups",
         "several worker groups instead of --nodes/--provisioning: NAME=REPLICAS[:PROVISIONING[:RESERVATION]],... "
-        "e.g. train=4:reservation:res-a,generate=4:spot",
+        "e.g. reserved=4:reservation:res-a,spot=4:spot",
         unset_default=True,
         convert=_groups,
         show=lambda groups: ",".join(map(str, groups)),

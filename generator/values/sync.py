@@ -58,7 +58,7 @@ def _readme() -> str:
 EXAMPLES: dict[str, list[str]] = {
     "quickstart": ["--nodes", "1", "--model", "qwen2.5-1.5b"],
     "tutorial": ["--wandb"],
-    "scale-out": ["--groups", "train=4:reservation:rl-reservation,generate=4:spot", "--kueue-queue", "gpu-queue", "--wandb"],
+    "scale-out": ["--groups", "reserved=4:reservation:rl-reservation,spot=4:spot", "--kueue-queue", "gpu-queue", "--wandb"],
 }
 
 

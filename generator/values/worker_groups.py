@@ -26,11 +26,11 @@ class GroupSpec:
 
     @classmethod
     def parse(cls, text: str) -> GroupSpec:
-        """NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a."""
+        """NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. reserved=4:reservation:res-a."""
         name, sep, rest = text.partition("=")
         parts = rest.split(":") if sep else []
         if not name or not parts or len(parts) > 3 or not re.fullmatch(r"[0-9]{1,6}", parts[0]):
-            raise ValueError(f"--groups entry {text!r}: use NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. train=4:reservation:res-a")
+            raise ValueError(f"--groups entry {text!r}: use NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. reserved=4:reservation:res-a")
         if not 1 <= int(parts[0]) <= MAX_NODES:
             raise ValueError(f"--groups entry {text!r}: REPLICAS must be between 1 and {MAX_NODES}")
         prov = parts[1] if len(parts) > 1 else DEFAULT_PROVISIONING

@@ -39,7 +39,7 @@ fake_cloud = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fake_cloud)
 
 RESERVATION = "projects/my-project/reservations/r1/reservationBlocks/b1"
-SCALE_OUT = ["--groups", "train=4:reservation:rl-reservation,generate=4:spot", "--kueue", "--kueue-queue", "gpu-queue"]
+SCALE_OUT = ["--groups", "reserved=4:reservation:rl-reservation,spot=4:spot", "--kueue", "--kueue-queue", "gpu-queue"]
 SCALE_OUT += ["--topology", "preferred"]
 GOLDEN_CASES = {
     "b200-standard": ["--gpu", "b200"],
@@ -926,10 +926,10 @@ def _kueue_objects(run: Run) -> list[dict[str, Any]]:
 def test_the_scale_out_example_comes_up_with_its_pools_kueue_and_topology(scripts, cloud, helms, capsys):
     run = cloud.run(scripts["h200-standard-scale-out"])
     assert run.rc == 0, run.stderr
-    train = run.call("gcloud container node-pools create gpu-h200-train")
-    assert (train["num-nodes"], train["reservation"], train["reservation-affinity"]) == ("4", "rl-reservation", "specific")
-    generate = run.call("gcloud container node-pools create gpu-h200-generate")
-    assert "spot" in generate and generate["total-max-nodes"] == "4"
+    reserved = run.call("gcloud container node-pools create gpu-h200-reserved")
+    assert (reserved["num-nodes"], reserved["reservation"], reserved["reservation-affinity"]) == ("4", "rl-reservation", "specific")
+    spot = run.call("gcloud container node-pools create gpu-h200-spot")
+    assert "spot" in spot and spot["total-max-nodes"] == "4"
     kueue_install = next(c for c in run.calls if signature(c) == "kubectl apply" and "kueue" in flags(c)["-f"])
     assert flags(kueue_install)["-f"].endswith("/kueue/releases/download/v0.16.5/manifests.yaml") and "server-side" in flags(kueue_install)
     objs = _kueue_objects(run)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Teardown of the GKE infrastructure for nemo-rl-gke: NVIDIA H200 141GB (a3-ultragpu-8g), Standard cluster.
-# Written by: python -m generator infra --gpu h200 --project my-project --region us-central1 --zone us-central1-b --groups train=4:reservation:rl-reservation,generate=4:spot --kueue --topology preferred --teardown
+# Written by: python -m generator infra --gpu h200 --project my-project --region us-central1 --zone us-central1-b --groups reserved=4:reservation:rl-reservation,spot=4:spot --kueue --topology preferred --teardown
 # Regenerate instead of editing; names match the values file written with the same options.
 # Deletes in the reverse order of the bring-up script, only what it created, and asks first unless --yes.
 # Run: bash THIS_FILE [--dry-run | --execute]; --dry-run prints the commands.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bring-up of the GKE infrastructure for nemo-rl-gke: NVIDIA H200 141GB (a3-ultragpu-8g), Standard cluster.
-# Written by: python -m generator infra --gpu h200 --project my-project --region us-central1 --zone us-central1-b --groups train=4:reservation:rl-reservation,generate=4:spot --kueue --topology preferred
+# Written by: python -m generator infra --gpu h200 --project my-project --region us-central1 --zone us-central1-b --groups reserved=4:reservation:rl-reservation,spot=4:spot --kueue --topology preferred
 # Regenerate instead of editing; names match the values file written with the same options.
 # Safe to run again: every step checks what exists before it creates anything.
 # Lists what it creates and asks first on a terminal; --yes skips the question; without either it refuses.
@@ -192,8 +192,8 @@ This creates, in project $PROJECT, whatever of the following is missing (each st
   - the Compute Engine, GKE, Service Networking and Managed Lustre APIs
   - VPC $CLUSTER_VPC (MTU $LUSTRE_MTU, auto subnets) unless it exists; VPC $GVNIC_VPC with one subnet and a firewall rule; VPC $RDMA_VPC (RoCE) with ${#RDMA_SUBNETS[@]} subnets: no charge of their own
   - GKE Standard cluster $CLUSTER in $REGION: USD 0.10 per hour (GKE's cluster management fee, https://cloud.google.com/kubernetes-engine/pricing); one $CPU_MACHINE_TYPE CPU node, price: https://cloud.google.com/compute/vm-instance-pricing
-  - GPU node pool gpu-h200-train: 4 x a3-ultragpu-8g (8 x NVIDIA H200 141GB), from the reservation, billed with it (at the on-demand rate) whether used or not
-  - GPU node pool gpu-h200-generate: 0 to 4 x a3-ultragpu-8g (8 x NVIDIA H200 141GB), Spot, 0 nodes until the worker pods ask, billed while they run; price: https://cloud.google.com/spot-vms/pricing
+  - GPU node pool gpu-h200-reserved: 4 x a3-ultragpu-8g (8 x NVIDIA H200 141GB), from the reservation, billed with it (at the on-demand rate) whether used or not
+  - GPU node pool gpu-h200-spot: 0 to 4 x a3-ultragpu-8g (8 x NVIDIA H200 141GB), Spot, 0 nodes until the worker pods ask, billed while they run; price: https://cloud.google.com/spot-vms/pricing
   - NCCL RDMA installer (gIB v1.1.1) and namespace $NAMESPACE (Pod Security enforce=privileged)
   - Kueue v0.16.5, its ClusterQueue $KUEUE_CLUSTER_QUEUE and LocalQueue $KUEUE_QUEUE
   - private services access range $LUSTRE_RANGE on $CLUSTER_VPC and a firewall rule for Lustre (port 988)
@@ -327,17 +327,17 @@ fi
 step 7 'Cluster credentials for kubectl'
 run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --location="$REGION"
 
-step 8 'GPU node pool gpu-h200-train'
-# Worker group train: reservation.
+step 8 'GPU node pool gpu-h200-reserved'
+# Worker group reserved: reservation.
 # Fixed at 4 nodes, not autoscaled: a reservation is billed at the on-demand rate until it is
 # deleted, whether or not VMs use it, and a VM that consumes it costs nothing more (only its disks).
 # Removing idle nodes would save almost nothing; kept up, they keep the image pulled. To stop paying
 # for the GPUs, delete the reservation.
 # https://docs.cloud.google.com/compute/docs/instances/reservations-overview#reservation-billing
 # eth1 on the gVNIC VPC, eth2..eth9 on the RoCE subnets: the same names as network.* in the values file.
-if ! exists gcloud container node-pools describe gpu-h200-train --project="$PROJECT" --cluster="$CLUSTER" \
+if ! exists gcloud container node-pools describe gpu-h200-reserved --project="$PROJECT" --cluster="$CLUSTER" \
     --location="$REGION"; then
-  run gcloud container node-pools create gpu-h200-train \
+  run gcloud container node-pools create gpu-h200-reserved \
     --project="$PROJECT" \
     --cluster="$CLUSTER" \
     --location="$REGION" \
@@ -358,8 +358,8 @@ if ! exists gcloud container node-pools describe gpu-h200-train --project="$PROJ
     --reservation=rl-reservation
 fi
 
-step 9 'GPU node pool gpu-h200-generate'
-# Worker group generate: spot.
+step 9 'GPU node pool gpu-h200-spot'
+# Worker group spot: spot.
 # Autoscaled from 0 to 4 nodes: the cluster autoscaler adds GPU nodes when the chart's worker
 # pods cannot be scheduled and removes a node after it has been unneeded for about 10 minutes, so no
 # GPU node is billed before `helm install` or after the worker pods are gone. Location policy ANY
@@ -367,9 +367,9 @@ step 9 'GPU node pool gpu-h200-generate'
 # https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler
 # https://github.com/kubernetes/autoscaler/blob/master/cluster-autoscaler/FAQ.md#how-does-scale-down-work
 # eth1 on the gVNIC VPC, eth2..eth9 on the RoCE subnets: the same names as network.* in the values file.
-if ! exists gcloud container node-pools describe gpu-h200-generate --project="$PROJECT" --cluster="$CLUSTER" \
+if ! exists gcloud container node-pools describe gpu-h200-spot --project="$PROJECT" --cluster="$CLUSTER" \
     --location="$REGION"; then
-  run gcloud container node-pools create gpu-h200-generate \
+  run gcloud container node-pools create gpu-h200-spot \
     --project="$PROJECT" \
     --cluster="$CLUSTER" \
     --location="$REGION" \
@@ -609,7 +609,7 @@ network:
     vpc: nemo-rl-rdma-net
     subnet: nemo-rl-rdma-sub-7
 workerGroups:
-- name: train
+- name: reserved
   replicas: 4
   provisioning: reservation
   reservationName: rl-reservation
@@ -618,7 +618,7 @@ workerGroups:
   tolerations: []
   labels: {}
   annotations: {}
-- name: generate
+- name: spot
   replicas: 4
   provisioning: spot
   reservationName: ''
@@ -646,7 +646,7 @@ fi
 cat <<EOF
 
 Next: write the values file, check both together, then install the chart with both:
-  python -m generator --gpu h200 --groups train=4:reservation:rl-reservation,generate=4:spot --kueue-queue gpu-queue
+  python -m generator --gpu h200 --groups reserved=4:reservation:rl-reservation,spot=4:spot --kueue-queue gpu-queue
   python -m generator validate values-h200.yaml -f $VALUES_OUT
   helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f values-h200.yaml -f $VALUES_OUT
 EOF
