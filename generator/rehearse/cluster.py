@@ -180,6 +180,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# Ray settings of every local Ray process this package (and the tests' Ray heads) start.
+RAY_SETTINGS = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+    # The dashboard gives up when its subprocess modules are not ready within 30 s
+    # (ray/dashboard/consts.py SUBPROCESS_MODULE_WAIT_READY_TIMEOUT), which a busy two-core
+    # machine reaches; the Jobs API the rehearsal and the launcher use lives in the dashboard.
+    "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": "300",
+}
+
+
 @dataclass
 class LocalNode:
     spec: NodeSpec
@@ -202,17 +215,14 @@ class LocalCluster:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
     def env(self) -> dict[str, str]:
-        """Environment of every process started for the rehearsal."""
+        """Environment of every process started for the rehearsal (RAY_SETTINGS and the tag)."""
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR")}
         env.update(
             {
                 TAG_ENV: self.tag,
                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # jobs run `python` from PATH
                 "RAY_TMPDIR": str(self.workdir),  # keeps Ray's address file out of /tmp/ray
-                "RAY_USAGE_STATS_ENABLED": "0",
-                "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-                "RAY_enable_worker_prestart": "0",
-                "RAY_prestart_worker_first_driver": "0",
+                **RAY_SETTINGS,
             }
         )
         return env

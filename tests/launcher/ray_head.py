@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.rehearse.cluster import TAG_ENV, end_tagged, free_port, tagged_pids
+from generator.rehearse.cluster import RAY_SETTINGS, TAG_ENV, end_tagged, free_port, tagged_pids
 
 BIN = Path(sys.executable).parent
 
@@ -35,7 +35,7 @@ class RayHead:
         return {
             **os.environ,
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
-            "RAY_USAGE_STATS_ENABLED": "0",
+            **RAY_SETTINGS,
             TAG_ENV: self.tag,
         }
 
