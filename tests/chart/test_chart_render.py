@@ -62,8 +62,8 @@ def test_every_scenario_renders_and_validates(helm, scenario):
 
 
 @pytest.mark.parametrize("scenario", [None, *SCENARIOS], ids=["defaults", *SCENARIO_IDS])
-def test_helm_lint_strict_passes(helm, scenario):
-    out = helm.lint([scenario] if scenario else [])
+def test_helm_lint_strict_passes(helm_major, scenario):
+    out = helm_major.lint([scenario] if scenario else [])
     assert "0 chart(s) failed" in out
 
 

@@ -53,7 +53,7 @@ def test_chart_yaml_has_what_chart_testing_lint_expects():
     assert (ROOT / CHART_YAML["icon"].split("/main/", 1)[1]).is_file()
 
 
-def test_packaged_chart_leaves_out_development_files(helm, tmp_path):
+def test_packaged_chart_leaves_out_development_files(helm_major, tmp_path):
     import shutil
     import tarfile
 
@@ -61,7 +61,7 @@ def test_packaged_chart_leaves_out_development_files(helm, tmp_path):
     shutil.copytree(CHART, chart)
     (chart / "files" / "__pycache__").mkdir(exist_ok=True)
     (chart / "files" / "__pycache__" / "launcher.cpython-311.pyc").write_bytes(b"\0")
-    helm.run(["package", str(chart), "--destination", str(tmp_path)])
+    helm_major.run(["package", str(chart), "--destination", str(tmp_path)])
     (tgz,) = tmp_path.glob("nemo-rl-gke-*.tgz")
     with tarfile.open(tgz) as archive:
         names = {n.split("/", 1)[1] for n in archive.getnames()}
@@ -84,21 +84,21 @@ def test_changelog_top_entry_is_the_chart_version():
     assert sections <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
 
 
-def test_packaged_chart_renders_the_same_manifests(helm, tmp_path):
-    out = helm.run(["package", str(CHART), "--destination", str(tmp_path)])
+def test_packaged_chart_renders_the_same_manifests(helm_major, tmp_path):
+    out = helm_major.run(["package", str(CHART), "--destination", str(tmp_path)])
     (tgz,) = tmp_path.glob("nemo-rl-gke-*.tgz")
     assert tgz.name == f"nemo-rl-gke-{CHART_YAML['version']}.tgz" and "Successfully packaged" in out
     example = EXAMPLES_DIR / "tutorial-h200.yaml"
-    assert helm.template([example], chart=tgz) == helm.template([example])
-    assert helm.template(chart=tgz) == helm.template()
+    assert helm_major.template([example], chart=tgz) == helm_major.template([example])
+    assert helm_major.template(chart=tgz) == helm_major.template()
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
-def test_example_validates_lints_and_renders(helm, path):
+def test_example_validates_lints_and_renders(helm_major, path):
     errors = [f for f in validate_values(as_helm_sees_it(yaml.safe_load(path.read_text()))) if f.level == "error"]
     assert errors == []
-    assert "0 chart(s) failed" in helm.lint([path])
-    assert validate_documents(parse_documents(render_text(helm, [path]))) == []
+    assert "0 chart(s) failed" in helm_major.lint([path])
+    assert validate_documents(parse_documents(render_text(helm_major, [path]))) == []
 
 
 def test_every_example_exists_for_both_accelerators_and_is_explained():

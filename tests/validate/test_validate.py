@@ -78,9 +78,9 @@ SCHEMA_LEVEL = [p for p in INVALID if header(p)["schema"] == "true"]
 
 
 @pytest.mark.parametrize("path", SCHEMA_LEVEL, ids=[p.stem for p in SCHEMA_LEVEL])
-def test_schema_level_breakage_also_fails_helm(helm, path):
+def test_schema_level_breakage_also_fails_helm(helm_major, path):
     with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
-        render_text(helm, [path])
+        render_text(helm_major, [path])
 
 
 # --- the valid corpus ---------------------------------------------------------------------
@@ -118,14 +118,14 @@ def test_the_legitimate_edits_corpus_exists():
 
 
 @pytest.mark.parametrize("path", LEGITIMATE, ids=[p.stem for p in LEGITIMATE])
-def test_a_legitimate_edit_passes_validate_lint_and_render(helm, path):
+def test_a_legitimate_edit_passes_validate_lint_and_render(helm_major, path):
     proc = run_cli("validate", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 error(s)" in proc.stderr + proc.stdout
-    assert "0 chart(s) failed" in helm.lint([path])
+    assert "0 chart(s) failed" in helm_major.lint([path])
     from generator.render.manifests import parse_documents, validate_documents
 
-    assert validate_documents(parse_documents(render_text(helm, [path]))) == []
+    assert validate_documents(parse_documents(render_text(helm_major, [path]))) == []
 
 
 def test_a_key_given_twice_is_an_error_with_both_lines(tmp_path):
@@ -274,14 +274,14 @@ NON_STRING_KEYS = {
 
 
 @pytest.mark.parametrize("case", sorted(NON_STRING_KEYS))
-def test_non_string_keys_are_keys_as_helm_sees_them(helm, tmp_path, case):
+def test_non_string_keys_are_keys_as_helm_sees_them(helm_major, tmp_path, case):
     # Helm turns every YAML key into a string before its schema check; so does validate, which
     # used to crash sorting 1 against "foo" and showed the key 1 as a list entry "[1]".
     text, key, message = NON_STRING_KEYS[case]
     path = tmp_path / "v.yaml"
     path.write_text(text)
     with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
-        render_text(helm, [path])
+        render_text(helm_major, [path])
     proc = run_cli("validate", str(path))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-500:]
     assert any(line.startswith(f"{path}: {key}: ") and message in line for line in proc.stdout.splitlines()), proc.stdout

@@ -118,15 +118,15 @@ def test_python_rejects_bad_values_naming_the_key(case):
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_helm_rejects_the_same_bad_values(helm, case, tmp_path):
+def test_helm_rejects_the_same_bad_values(helm_major, case, tmp_path):
     change, _ = BAD[case]
     with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
-        render_text(helm, [change], tmp_dir=tmp_path)
+        render_text(helm_major, [change], tmp_dir=tmp_path)
 
 
-def test_sample_set_typo_fails_in_helm(helm):
+def test_sample_set_typo_fails_in_helm(helm_major):
     with pytest.raises(HelmError, match="values"):
-        render_text(helm, set_values=["values.additionalWorkerGroups.worker-grp-0.replicas=2"])
+        render_text(helm_major, set_values=["values.additionalWorkerGroups.worker-grp-0.replicas=2"])
 
 
 def test_unknown_top_level_key_message_lists_allowed_keys():
@@ -142,19 +142,19 @@ def test_schema_json_is_formatted_for_review():
     assert text.endswith("}\n")
 
 
-def test_a_valid_change_still_renders(helm):
+def test_a_valid_change_still_renders(helm_major):
     v = with_changes(values_for(), {"nccl.debug": True})
-    assert "NCCL_DEBUG" in render_text(helm, [v])
+    assert "NCCL_DEBUG" in render_text(helm_major, [v])
 
 
 @pytest.mark.parametrize("key", sorted(load_schema()["properties"]))
-def test_a_nulled_section_fails_in_helm_exactly_when_validate_reports_it(helm, key, tmp_path):
+def test_a_nulled_section_fails_in_helm_exactly_when_validate_reports_it(helm_major, key, tmp_path):
     # `key: null` in a values file deletes the chart's default. Either the chart still renders and
     # validate is content, or Helm's schema check names the key and validate reports it too: never
     # a template crash that validate waved through.
     doc = {**values_for(), key: None}
     try:
-        render_text(helm, [doc], tmp_dir=tmp_path)
+        render_text(helm_major, [doc], tmp_dir=tmp_path)
         helm_error = ""
     except HelmError as e:
         helm_error = str(e)
@@ -231,10 +231,10 @@ TRAILING_NEWLINE = {
 
 
 @pytest.mark.parametrize("key", sorted(TRAILING_NEWLINE))
-def test_a_trailing_newline_fails_validate_exactly_as_it_fails_helm(helm, key, tmp_path):
+def test_a_trailing_newline_fails_validate_exactly_as_it_fails_helm(helm_major, key, tmp_path):
     change = TRAILING_NEWLINE[key]
     with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
-        render_text(helm, [change], tmp_dir=tmp_path)
+        render_text(helm_major, [change], tmp_dir=tmp_path)
     errors = [f.key for f in validate_values(as_helm_sees_it(change)) if f.level == "error"]
     assert errors and all(e.startswith(key) for e in errors), errors
 
