@@ -1,131 +1,18 @@
-"""`python -m generator validate`: the invalid corpus, the valid corpus, output and exit codes."""
+"""`python -m generator validate`: layers, output formats, exit codes, usage errors and secrets never printed
+(the corpora: test_validate_corpus.py and test_validate_legitimate.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import render_text, values_for
+from conftest import render_text
+from validate_harness import INVALID, ROOT, header, run_cli
 
 from generator.render.helm import HelmError
-from generator.validate.values import validate_values
-from generator.values.merge import as_helm_sees_it, coalesce
-
-ROOT = Path(__file__).resolve().parents[2]
-INVALID = sorted((ROOT / "tests" / "validate" / "data" / "invalid").glob("*.yaml"))
-
-
-def header(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        if not line.startswith("# "):
-            break
-        key, _, value = line[2:].partition(": ")
-        out[key] = value
-    return out
-
-
-def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "generator", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False)
-
-
-def test_the_invalid_corpus_is_large_and_covers_every_rule_family():
-    assert len(INVALID) >= 40
-    families = {p.name.split("-", 2)[1] for p in INVALID}
-    assert {"acc", "res", "net", "nemo", "sto", "name", "kueue", "sec", "schema"} <= families
-
-
-@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
-def test_each_broken_file_fails_naming_its_key(path):
-    expect = header(path)["expect"]
-    findings = validate_values(as_helm_sees_it(yaml.safe_load(path.read_text())))
-    errors = [f for f in findings if f.level == "error"]
-    assert errors, f"{path.name}: no error"
-    assert expect in {f.key for f in errors}, [f"{f.key}: {f.message}" for f in errors]
-
-
-def test_the_cli_reports_the_corpus_one_line_per_problem():
-    proc = run_cli("validate", *map(str, INVALID))
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    for path in INVALID:
-        assert f"{path}: {header(path)['expect']}: " in proc.stdout
-    for line in proc.stdout.splitlines():
-        assert line.count(": ") >= 2 and "\n" not in line  # FILE: key: message - fix
-
-
-def test_the_cli_reports_the_corpus_as_json_for_ci():
-    sample = INVALID[::6]  # the text report above covers every file; this, the JSON shape
-    proc = run_cli("validate", "--format", "json", *map(str, sample))
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    report = json.loads(proc.stdout)
-    assert report["valid"] is False
-    by_file = {f["file"]: f for f in report["files"]}
-    assert len(by_file) == len(sample)
-    for path in sample:
-        entry = by_file[str(path)]
-        assert entry["valid"] is False
-        assert header(path)["expect"] in {f["key"] for f in entry["findings"] if f["level"] == "error"}
-
-
-SCHEMA_LEVEL = [p for p in INVALID if header(p)["schema"] == "true"]
-
-
-@pytest.mark.parametrize("path", SCHEMA_LEVEL, ids=[p.stem for p in SCHEMA_LEVEL])
-def test_schema_level_breakage_also_fails_helm(helm_major, path):
-    with pytest.raises(HelmError, match="values don't meet the specifications of the schema"):
-        render_text(helm_major, [path])
-
-
-# --- the valid corpus ---------------------------------------------------------------------
-
-VALID = [
-    (gpu, nodes, gen, tag)
-    for gpu in ("b200", "h200")
-    for nodes in (1, 2, 4, 8, 16, 64)
-    for gen in ("colocated", "dedicated")
-    for tag in ("v0.5.0", "v0.6.0", "v0.7.0")
-    if not (gen == "dedicated" and nodes == 1)
-]
-
-
-@pytest.mark.parametrize(("gpu", "nodes", "gen", "tag"), VALID, ids=[f"{g}-{n}n-{s}-{t}" for g, n, s, t in VALID])
-def test_generated_files_are_valid(gpu, nodes, gen, tag):
-    opts = {"generation_nodes": 0} if gen == "colocated" else {"generation_nodes": nodes // 2}
-    model = "qwen2.5-1.5b" if gen == "colocated" else "gemma3-27b"
-    v = values_for(gpu, nodes=nodes, release=tag, model=model, **opts)
-    findings = validate_values(v)
-    assert [f for f in findings if f.level == "error"] == []
-
-
-@pytest.mark.parametrize("path", sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")), ids=lambda p: p.stem)
-def test_every_chart_scenario_validates(path):
-    findings = validate_values(as_helm_sees_it(yaml.safe_load(path.read_text())))
-    assert [f"{f.key}: {f.message}" for f in findings if f.level == "error"] == []
-
-
-LEGITIMATE = sorted((ROOT / "tests" / "validate" / "data" / "valid").glob("*.yaml"))
-
-
-def test_the_legitimate_edits_corpus_exists():
-    assert {p.stem for p in LEGITIMATE} >= {"cpu-as-number", "external-secret-go-duration", "tokenizers-env"}
-
-
-@pytest.mark.parametrize("path", LEGITIMATE, ids=[p.stem for p in LEGITIMATE])
-def test_a_legitimate_edit_passes_validate_lint_and_render(helm_major, path):
-    proc = run_cli("validate", str(path))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "0 error(s)" in proc.stderr + proc.stdout
-    assert "0 chart(s) failed" in helm_major.lint([path])
-    from generator.render.manifests import parse_documents, validate_documents
-
-    assert validate_documents(parse_documents(render_text(helm_major, [path]))) == []
+from generator.values.merge import coalesce
 
 
 def test_a_key_given_twice_is_an_error_with_both_lines(tmp_path):
