@@ -80,9 +80,3 @@ def profile(key: str) -> AcceleratorProfile:
         choices = ", ".join(PROFILES)
         raise ValueError(f"unknown accelerator {key!r}: choose one of {choices}") from None
 
-
-def profile_for_machine_type(machine_type: str) -> AcceleratorProfile | None:
-    for p in PROFILES.values():
-        if p.machine_type == machine_type:
-            return p
-    return None

@@ -18,7 +18,6 @@ GPUS_PER_NODE = "cluster.gpus_per_node"
 COLOCATED = "policy.generation.colocated.enabled"
 GENERATION_NODES = "policy.generation.colocated.resources.num_nodes"
 GENERATION_GPUS_PER_NODE = "policy.generation.colocated.resources.gpus_per_node"
-BACKEND = "policy.generation.backend"
 
 
 class Issue(Enum):

@@ -25,7 +25,6 @@ from generator.vendored import KUBERAY, crd_files
 # Kubernetes minor versions the chart supports: GKE's oldest for H200 RDMA (1.31) up to the
 # newest kubernetes-validate knows.
 KUBE_VERSIONS: tuple[str, ...] = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
-CRD_SETS: tuple[str, ...] = tuple(f"kuberay-{v}" for v in KUBERAY.versions)
 OWN_SCHEMAS = (ROOT / "schemas" / "gke-networking", ROOT / "schemas" / "external-secrets")
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from generator.gke.profiles import PROFILES, profile, profile_for_machine_type
+from generator.gke.profiles import PROFILES, profile
 from generator.gke.sizing import allocatable, gib, parse_quantity, usable, worker_sizing
 
 
@@ -18,11 +18,6 @@ def test_profiles_hold_the_documented_machine_facts():
 def test_unknown_accelerator_is_a_clear_error():
     with pytest.raises(ValueError, match="choose one of b200, h200"):
         profile("a100")
-
-
-def test_machine_type_lookup():
-    assert profile_for_machine_type("a4-highgpu-8g").key == "b200"
-    assert profile_for_machine_type("n2-standard-8") is None
 
 
 @pytest.mark.parametrize(("gpu", "cpu", "mem"), [("h200", 223.4, 2886), ("b200", 223.4, 3882)])

@@ -47,7 +47,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 STATES = ("passed", "refused", "unchecked")
-STAGES = ("import", "arguments", "load_config", "overrides", "resolve", "master")
 # What each stage calls, as the message names it.
 CALLS = {
     "import": "import of the entry script",

@@ -4,7 +4,6 @@ NetworkPolicy's extra peers."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -146,10 +145,3 @@ def _nics(ctx: Context) -> Iterator[Finding]:
             "remove it unless debugging",
         )
 
-
-def parse_interfaces(text: str) -> list[dict[str, str]]:
-    """The annotation's JSON list (used by tests and rules on user-given annotations)."""
-    data = json.loads(text)
-    if not isinstance(data, list):
-        raise ValueError("not a list")
-    return data
