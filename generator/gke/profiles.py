@@ -79,4 +79,3 @@ def profile(key: str) -> AcceleratorProfile:
     except KeyError:
         choices = ", ".join(PROFILES)
         raise ValueError(f"unknown accelerator {key!r}: choose one of {choices}") from None
-

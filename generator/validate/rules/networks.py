@@ -144,4 +144,3 @@ def _nics(ctx: Context) -> Iterator[Finding]:
             f"NCCL_NET={nccl_env['NCCL_NET']} bypasses the gIB plugin although RDMA NICs are attached",
             "remove it unless debugging",
         )
-
