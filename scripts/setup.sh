@@ -44,12 +44,13 @@ echo "==> render and validate every object"
 
 cat <<'NEXT'
 
-Done. Next (docs/install-on-gke.md has each step):
-  source .venv/bin/activate
-  python -m generator infra --gpu h200 --project PROJECT --region REGION --zone ZONE -o infra.sh
+Done. Next, the cheapest proof that a cluster works: the quickstart, 1 GPU node, about 1
+node-hour, no token needed (docs/install-on-gke.md has each step; on B200: --gpu b200, quickstart-b200):
+  source .venv/bin/activate   # python -m generator, and the pinned Helm as `helm`
+  python -m generator infra --gpu h200 --nodes 1 --project PROJECT --region REGION --zone ZONE -o infra.sh
   bash infra.sh     # lists what it creates and asks once; cluster, GPU pool, Lustre; writes values-infra.yaml
-  kubectl create secret generic nemo-rl-tokens -n nemo-rl --from-file=HF_TOKEN=./hf_token   # gated models (Gemma, Llama) and W&B only
-  python -m generator validate values-h200.yaml -f values-infra.yaml
-  python -m generator doctor values-h200.yaml -f values-infra.yaml -n nemo-rl              # the live cluster, read-only
-  helm install nemo-rl charts/nemo-rl-gke --namespace=nemo-rl -f values-h200.yaml -f values-infra.yaml
+  python -m generator validate examples/quickstart-h200.yaml -f values-infra.yaml
+  python -m generator doctor examples/quickstart-h200.yaml -f values-infra.yaml -n nemo-rl   # the live cluster, read-only
+  helm install nemo-rl charts/nemo-rl-gke --namespace=nemo-rl -f examples/quickstart-h200.yaml -f values-infra.yaml
+Then the tutorial's run (values-h200.yaml: Gemma 3 27B on 2 nodes, 30-50 node-hours): README.md.
 NEXT

@@ -93,6 +93,21 @@ def install(pin: HelmPin) -> str:
     return "installed"
 
 
+def link_into_venv(pin: HelmPin, bin_dir: Path) -> Path:
+    """`helm` in the virtualenv's bin folder, pointing at the pinned binary (a relative link, so
+    the checkout can move): `source .venv/bin/activate` puts the Helm everything was checked with
+    first on PATH."""
+    link = bin_dir / "helm"
+    target = os.path.relpath(pin.path, bin_dir)
+    if link.is_symlink() and os.readlink(link) == target:
+        return link
+    tmp = bin_dir / ".helm.link"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+    return link
+
+
 def main() -> int:
     try:
         for pin in PINS:
@@ -101,6 +116,9 @@ def main() -> int:
     except InstallError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if sys.prefix != sys.base_prefix:  # run from the project's virtualenv, as scripts/bootstrap.sh does
+        link = link_into_venv(PINS[0], Path(sys.prefix) / "bin")
+        print(f"helm on the virtualenv's PATH: {link.relative_to(ROOT) if link.is_relative_to(ROOT) else link} -> helm {PINS[0].version}")
     return 0
 
 

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from generator.gke.profiles import PROFILES
+from generator.render.helm_pins import PINS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,11 @@ def test_setup_runs_in_a_fresh_clone(tmp_path: Path) -> None:
         assert (clone / f"values-{gpu}.yaml").is_file()
         assert sorted(p.name for p in (clone / "out" / f"values-{gpu}").glob("*.yaml")), gpu
     assert "==> render and validate every object" in run.stdout
-    assert "Done. Next (docs/install-on-gke.md has each step):" in run.stdout
-    # the next steps name what the infra script writes and the install takes
-    assert "helm install nemo-rl charts/nemo-rl-gke --namespace=nemo-rl -f values-h200.yaml -f values-infra.yaml" in run.stdout
+    assert "Done. Next, the cheapest proof that a cluster works" in run.stdout
+    # the next steps start with the quickstart: a 1-node infra script, the quickstart values with its overlay
+    assert "python -m generator infra --gpu h200 --nodes 1 " in run.stdout
+    assert "helm install nemo-rl charts/nemo-rl-gke --namespace=nemo-rl -f examples/quickstart-h200.yaml -f values-infra.yaml" in run.stdout
+    # `source .venv/bin/activate` puts the pinned Helm 4 on PATH as `helm`
+    helm = subprocess.run([str(clone / ".venv" / "bin" / "helm"), "version", "--short"], capture_output=True, text=True, check=False)
+    assert helm.stdout.startswith(PINS[0].version), helm.stdout + helm.stderr
     assert "Traceback" not in run.stdout + run.stderr
