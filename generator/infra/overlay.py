@@ -46,11 +46,21 @@ else
 fi
 cat <<EOF
 
+%(next)sEOF
+"""
+NEXT_GENERATED = """\
 Next: write the values file, check both together, then install the chart with both:
   %(generate)s
   python -m generator validate %(values_file)s -f $VALUES_OUT
   helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f %(values_file)s -f $VALUES_OUT
-EOF
+"""
+# One Standard GPU node: the README's quickstart is the cheapest proof that the cluster works.
+NEXT_QUICKSTART = """\
+Next: the quickstart (Qwen2.5-1.5B, 20 steps, no token), the cheapest proof that this cluster works:
+  python -m generator validate %(quickstart)s -f $VALUES_OUT
+  python -m generator doctor %(quickstart)s -f $VALUES_OUT -n $NAMESPACE
+  helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f %(quickstart)s -f $VALUES_OUT
+A run of your own on this cluster: %(generate)s, then the same with %(values_file)s.
 """
 
 
@@ -98,9 +108,10 @@ def text(o: InfraOptions) -> str:
 
 
 def step(o: InfraOptions, generate: str) -> str:
+    fill = {"generate": generate, "values_file": f"values-{o.gpu}.yaml", "quickstart": f"examples/quickstart-{o.gpu}.yaml"}
+    quickstart = o.mode == "standard" and not o.groups and o.nodes == 1
     return STEP % {
         "overlay": text(o),
-        "generate": generate,
-        "values_file": f"values-{o.gpu}.yaml",
+        "next": (NEXT_QUICKSTART if quickstart else NEXT_GENERATED) % fill,
         "kueue_note": ", Kueue queue" if o.kueue else "",
     }

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from generator import cli
-from generator.gke.profiles import profile
+from generator.gke.profiles import PROFILES, profile
 from generator.render.manifests import parse_documents
 from generator.values.build import Options, build
 
@@ -976,3 +976,22 @@ def test_the_scale_out_example_comes_up_with_its_pools_kueue_and_topology(script
     down = cloud.run(scripts["h200-standard-scale-out-teardown"])
     assert down.rc == 0, down.stderr
     assert "Kueue and its queues" in scripts["h200-standard-scale-out-teardown"].read_text()
+
+
+# --- what the script says to do next ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", sorted(PROFILES))
+def test_a_one_node_cluster_is_pointed_at_the_quickstart(tmp_path, gpu):
+    text = generate(["--gpu", gpu, "--nodes", "1"], tmp_path / "one.sh").read_text()
+    quickstart = f"examples/quickstart-{gpu}.yaml"
+    assert (ROOT / quickstart).is_file()
+    assert f"helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f {quickstart} -f $VALUES_OUT" in text
+    assert f"python -m generator validate {quickstart} -f $VALUES_OUT" in text
+
+
+def test_a_larger_cluster_is_pointed_at_its_own_generated_values(tmp_path):
+    text = generate(["--gpu", "h200", "--nodes", "2"], tmp_path / "two.sh").read_text()
+    assert "examples/quickstart" not in text
+    assert "python -m generator --gpu h200 --nodes 2 --provisioning spot" in text
+    assert "helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f values-h200.yaml -f $VALUES_OUT" in text
