@@ -58,7 +58,7 @@ class RayJob:
 class ReleaseState:
     release: str
     namespace: str
-    raycluster: dict[str, Any] | None = None  # name, state, suspended, workers_desired, workers_ready
+    raycluster: dict[str, Any] | None = None  # name, state, detail, suspended, workers_desired, workers_ready
     pods: list[PodState] = field(default_factory=list)
     jobs: list[JobState] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # the RayCluster's latest Warning events
@@ -91,6 +91,20 @@ def pod_state(pod: dict[str, Any], group: str) -> PodState:
     return PodState(
         group, pod["metadata"]["name"], str(status.get("phase", "Unknown")), ready, (pod.get("spec") or {}).get("nodeName", ""), reason
     )
+
+
+def cluster_state(status: dict[str, Any]) -> tuple[str, str]:
+    """(state, detail) of a RayCluster. KubeRay sets `state` (ready, suspended) only once every pod
+    has been ready; until then its RayClusterProvisioned condition is False
+    (RayClusterPodsProvisioning, "RayCluster Pods are being provisioned for first time"), the
+    state shown as `provisioning` with the condition's message as the detail."""
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    provisioned = conditions.get("RayClusterProvisioned") or {}
+    if status.get("state"):
+        return str(status["state"]), ""
+    if provisioned.get("status") == "False":
+        return "provisioning", str(provisioned.get("message") or provisioned.get("reason") or "")
+    return "(no state yet)", ""
 
 
 def job_state(job: dict[str, Any]) -> JobState:
@@ -138,9 +152,11 @@ class Reader:
     def _cluster(self, rc: dict[str, Any]) -> None:
         name, status, spec = rc["metadata"]["name"], rc.get("status") or {}, rc.get("spec") or {}
         desired = sum(int(g.get("replicas", 0)) for g in spec.get("workerGroupSpecs") or [])
+        state, detail = cluster_state(status)
         self.state.raycluster = {
             "name": name,
-            "state": status.get("state", "") or "(no state yet)",
+            "state": state,
+            "detail": detail,
             "suspended": bool(spec.get("suspend")),
             "workers_desired": 0 if spec.get("suspend") else desired,
             "workers_ready": int(status.get("readyWorkerReplicas", 0) or 0),
