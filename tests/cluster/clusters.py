@@ -433,6 +433,47 @@ def without_the_local_queue(made: Made) -> None:
     made.kube.delete(KUEUE, "LocalQueue", made.values["kueue"]["queueName"], made.namespace)
 
 
+def _cluster_queue(made: Made) -> dict[str, Any]:
+    """The ClusterQueue infra.sh configures for these values."""
+    return next(d for d in infra_kueue.manifests(infra_options(made.values, made.namespace)) if d["kind"] == "ClusterQueue")
+
+
+def _condition(kube: Kube, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    got = kube.get(KUEUE, kind, name, namespace) or {}
+    return next((c for c in (got.get("status") or {}).get("conditions") or [] if c["type"] == "Active"), {})
+
+
+def without_the_cluster_queue(made: Made) -> None:
+    """The LocalQueue's ClusterQueue deleted, until Kueue reports the LocalQueue inactive for it."""
+    delete(made.kube, KUEUE, "ClusterQueue", infra_kueue.CLUSTER_QUEUE, wait_gone=True)
+    queue = made.values["kueue"]["queueName"]
+    wait_for(
+        "the LocalQueue inactive",
+        lambda: _condition(made.kube, "LocalQueue", queue, made.namespace).get("reason") == "ClusterQueueDoesNotExist",
+        60,
+    )
+
+
+def with_a_cluster_queue_over_a_missing_flavor(made: Made) -> None:
+    """The ClusterQueue's GPU flavor renamed to one that does not exist, until Kueue reports it inactive."""
+    cq = _cluster_queue(made)
+    cq["spec"]["resourceGroups"][0]["flavors"][-1]["name"] = "no-such-flavor"
+    made.kube.apply(cq)
+    name = cq["metadata"]["name"]
+    wait_for("the ClusterQueue inactive", lambda: _condition(made.kube, "ClusterQueue", name).get("status") == "False", 60)
+
+
+def with_a_cluster_queue_too_small(made: Made) -> None:
+    """The ClusterQueue's nominal nvidia.com/gpu quota one node's worth."""
+    cq = _cluster_queue(made)
+    per_node = str(requests(made.rendered.workers()[0][2].spec)["nvidia.com/gpu"])
+    for flavor in cq["spec"]["resourceGroups"][0]["flavors"]:
+        for r in flavor["resources"]:
+            if r["name"] == "nvidia.com/gpu" and r["nominalQuota"] != "0":
+                r["nominalQuota"] = per_node
+    made.kube.apply(cq)
+
+
 def with_baseline_pod_security(made: Made) -> None:
     labels = dict(NAMESPACE_LABELS) | {"pod-security.kubernetes.io/enforce": "baseline"}
     made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": made.namespace, "labels": labels}})

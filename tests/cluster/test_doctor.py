@@ -192,6 +192,22 @@ BROKEN = [
     Case(clusters.without_the_token_secret, "token-secret", "/nemo-rl-tokens not found", "kubectl create secret generic nemo-rl-tokens"),
     Case(clusters.with_a_token_key_missing, "token-secret", "/nemo-rl-tokens lacks WANDB_API_KEY", "create it again"),
     Case(clusters.without_the_local_queue, "kueue-queue", "/gpu-queue not found", "create a LocalQueue gpu-queue", KUEUE),
+    # Kueue marks the LocalQueue inactive for each of these: the ClusterQueue's own state is named.
+    Case(clusters.without_the_cluster_queue, "kueue-queue", "ClusterQueue nemo-rl (LocalQueue ", "generator infra --kueue", KUEUE),
+    Case(
+        clusters.with_a_cluster_queue_over_a_missing_flavor,
+        "kueue-queue",
+        "is not active: FlavorNotFound: Can't admit new workloads: references missing ResourceFlavor(s): no-such-flavor",
+        "kubectl describe clusterqueue nemo-rl",
+        KUEUE,
+    ),
+    Case(
+        clusters.with_a_cluster_queue_too_small,
+        "kueue-queue",
+        "ClusterQueue nemo-rl has 8 nominal nvidia.com/gpu, the release needs 16: Kueue never admits the RayCluster",
+        "nominalQuota",
+        KUEUE,
+    ),
     Case(
         clusters.with_baseline_pod_security,
         "pod-security",
