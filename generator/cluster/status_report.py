@@ -28,7 +28,7 @@ def lines(state: ReleaseState) -> list[str]:
         out.append(f"RayCluster: none with {state.release}'s labels in namespace {state.namespace}")
     else:
         workers = (
-            "suspended: the GPU workers were released"
+            "no Ray pod runs (the launcher suspends it once the run has ended; Kueue, until it admits it)"
             if rc["suspended"]
             else f"{rc['workers_ready']}/{rc['workers_desired']} GPU workers ready"
         )

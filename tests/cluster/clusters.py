@@ -17,6 +17,10 @@ A healthy cluster for a release (`made_for`), as infra.sh leaves it before `helm
   real PersistentVolume controller;
 - with network.createObjects false, the network objects as another release's `helm install`
   made them (the chart's objects, with the ownership metadata Helm adds).
+
+Then `installed_release` installs the release with the pinned Helm 4 and uninstalls it again, with
+what uninstall keeps cluster-wide; `user_kubeconfig` gives a ServiceAccount's token with the rights
+a test chooses.
 """
 
 from __future__ import annotations
@@ -25,17 +29,19 @@ import base64
 import contextlib
 import copy
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from bed_helpers import Release, remove_cluster_scoped
 
 from generator.cluster.checks.storage import DRIVER as LUSTRE_DRIVER
 from generator.cluster.release import Rendered, render, requests
 from generator.infra import kueue as infra_kueue
 from generator.infra.steps import INSTALLERS, NAMESPACE_LABELS, InfraOptions
+from generator.render import helm as helm_mod
 from generator.values.layers import configurations
 from generator.values.worker_groups import GroupSpec
 from testbed import components
@@ -343,6 +349,19 @@ def add_networks_of_another_release(made: Made, change: Callable[[dict[str, Any]
         if change is not None:
             change(obj)
         made.create(obj)
+
+
+@contextlib.contextmanager
+def installed_release(made: Made, values: Path, sets: Sequence[str] = ()) -> Iterator[Release]:
+    """The release installed with the pinned Helm 4; then uninstalled, with what uninstall keeps
+    cluster-wide (the docs' clean-up): the next test's release makes them again."""
+    release = Release(helm_mod.pinned(helm_mod.PINS[0]), made.cluster, "nemo-rl", made.namespace)
+    try:
+        release.install([values], sets)
+        yield release
+    finally:
+        release.uninstall(check=False)
+        remove_cluster_scoped(made.kube, release.name)
 
 
 # --- the ways a cluster is broken: each changes a healthy one, and undoes what it changed in it -----

@@ -7,27 +7,34 @@ read through the service proxy from a live Ray head, are shown against the API s
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from bed_helpers import Release, ray_pods, remove_cluster_scoped
-from clusters import Made, made_for, unique, with_baseline_pod_security
+from bed_helpers import ray_pods, wait_ready
+from clusters import (
+    KUEUE,
+    Made,
+    installed_release,
+    made_for,
+    rendered_for,
+    unique,
+    with_a_cluster_queue_too_small,
+    with_baseline_pod_security,
+)
 from kubernetes import client as k8s
 
 from generator.cli import main
 from generator.cluster.release import Rendered, render
 from generator.paths import ROOT
-from generator.render import helm as helm_mod
 from generator.values.build import Options, build
 from generator.values.layers import configurations
 from testbed.kube import wait_for
@@ -35,7 +42,6 @@ from tests.kube_api.stand_in import ApiStandIn
 from tests.launcher import ray_head
 from tests.launcher.nemo_rl_logs import Figures, driver_script, run_log
 
-HELM = helm_mod.pinned(helm_mod.PINS[0])
 TUTORIAL = ROOT / "examples" / "tutorial-h200.yaml"
 JSON_KEYS = [
     "release", "namespace", "server", "context", "found", "raycluster", "pods", "jobs", "events", "ray_job", "progress", "problems",
@@ -64,19 +70,6 @@ def installed(bed, kuberay, tmp_path) -> Iterator[Made]:
     rendered = render(configurations([values])[0], "nemo-rl", unique("status"))
     with made_for(cluster, rendered, gpu_nodes=False) as made, installed_release(made, values):
         yield made
-
-
-@contextlib.contextmanager
-def installed_release(made: Made, values: Path, sets: Sequence[str] = ()) -> Iterator[Release]:
-    """The release installed with the pinned Helm 4; then uninstalled, with what uninstall keeps
-    cluster-wide (the docs' clean-up): the next test's release makes them again."""
-    release = Release(HELM, made.cluster, "nemo-rl", made.namespace)
-    try:
-        release.install([values], sets)
-        yield release
-    finally:
-        release.uninstall(check=False)
-        remove_cluster_scoped(made.kube, release.name)
 
 
 def _complete(job: dict[str, Any]) -> bool:
@@ -140,6 +133,58 @@ def test_status_shows_each_pod_the_schedulers_reason_and_the_rayclusters_state(i
     assert pending[0]["reason"] == f"Unschedulable: {message}"
     assert {j["component"]: j["state"] for j in doc["jobs"]} == {"prepare": "complete", "launcher": "complete"}
     assert doc["ray_job"] is None and doc["progress"] is None
+
+
+def test_a_suspended_raycluster_is_said_and_its_ray_job_not_read(bed, capsys):
+    """Suspended as the launcher releases the GPU workers (a merge patch of spec.suspend): KubeRay
+    deletes every Ray pod, the head's too."""
+    rendered = render(configurations([TUTORIAL])[0], "nemo-rl", unique("status-suspend"))
+    with made_for(bed.cluster(), rendered, gpu_nodes=False) as made, installed_release(made, TUTORIAL):
+        wait_ready(made.kube, "nemo-rl", made.namespace)
+        _, ready_out, _ = status(made, capsys)
+        objects = k8s.CustomObjectsApi(made.kube.api)
+        objects.patch_namespaced_custom_object("ray.io", "v1", made.namespace, "rayclusters", "nemo-rl", {"spec": {"suspend": True}})
+
+        def suspended() -> bool:
+            rc = made.kube.get("ray.io/v1", "RayCluster", "nemo-rl", made.namespace) or {}
+            return (rc.get("status") or {}).get("state") == "suspended" and not ray_pods(made.kube, "nemo-rl", made.namespace)
+
+        wait_for("the RayCluster suspended and its pods gone", suspended, 120)
+        rc, out, _ = status(made, capsys)
+        doc = json.loads(status(made, capsys, "--format", "json")[1])
+    assert "RayCluster nemo-rl: ready, 2/2 GPU workers ready" in ready_out, ready_out
+    assert rc == 0
+    why = "the launcher suspends it once the run has ended; Kueue, until it admits it"
+    assert f"RayCluster nemo-rl: suspended, no Ray pod runs ({why})" in out
+    assert "note: the run's Ray job is not readable: the RayCluster is suspended, so no Ray head runs" in out
+    assert "Jobs API" not in out  # not asked through the proxy
+    assert doc["raycluster"]["suspended"] is True and doc["raycluster"]["workers_desired"] == 0 and doc["pods"] == []
+
+
+def test_a_raycluster_kueue_has_not_admitted_says_kueues_reason(bed, capsys):
+    """Kueue suspends the RayCluster until its Workload reserves quota; here the ClusterQueue holds
+    one node's GPUs of the two the release needs."""
+    sets = ("kueue.enabled=true", "kueue.queueName=gpu-queue")
+    rendered = rendered_for(TUTORIAL, unique("status-kueue"), *sets)
+    with made_for(bed.cluster(), rendered, gpu_nodes=False) as made:
+        with_a_cluster_queue_too_small(made)
+        with installed_release(made, TUTORIAL, sets):
+
+            def pending() -> str:
+                for w in made.kube.list(KUEUE, "Workload", made.namespace):
+                    for c in (w.get("status") or {}).get("conditions") or []:
+                        if c["type"] == "QuotaReserved" and c["status"] == "False" and c.get("message"):
+                            return c["message"]
+                return ""
+
+            reason = wait_for("Kueue's reason for not admitting the Workload", pending, 60)
+            rc, out, _ = status(made, capsys)
+    assert rc == 0
+    assert "insufficient quota for nvidia.com/gpu in flavor h200-spot" in reason
+    # Kueue's words (its Workload's QuotaReserved message, which it rewrites as it retries).
+    line = next(x for x in out.splitlines() if x.startswith("RayCluster nemo-rl: "))
+    assert line.startswith("RayCluster nemo-rl: suspended (Kueue has not admitted it: couldn't assign flavors to pod set "), line
+    assert "insufficient quota for nvidia.com/gpu in flavor h200-spot" in line and "), no Ray pod runs (" in line
 
 
 def test_kuberays_refused_pods_show_as_warning_events(bed, capsys, tmp_path):
