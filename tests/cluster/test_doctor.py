@@ -16,7 +16,8 @@ from typing import Any
 
 import clusters
 import pytest
-from clusters import Made, made_for, rendered_for, unique
+from bed_helpers import wait_ready
+from clusters import Made, installed_release, made_for, rendered_for, unique
 
 from generator.cli import main
 from generator.cluster import kube as cluster_kube
@@ -119,6 +120,18 @@ def test_every_scenario_passes_on_a_cluster_made_for_it(bed, capsys, values: Pat
         rc, out, _ = doctor(made, capsys, values=values)
     assert rc == 0, out
     assert [line for line in out.splitlines()[1:] if not line.startswith("pass")] == []
+
+
+def test_a_release_doctor_passes_comes_up(bed, capsys):
+    """doctor's verdict against what the cluster then does: the scale-out example (Kueue, a
+    reservation group and a Spot group) installs, Kueue admits it, every worker becomes ready."""
+    values = ROOT / "examples" / "scale-out-h200.yaml"
+    with made_for(bed.cluster(NEWEST), rendered_for(values, unique("comes-up"))) as made:
+        rc, out, _ = doctor(made, capsys, values=values)
+        assert rc == 0, out
+        with installed_release(made, values):
+            ready = wait_ready(made.kube, "nemo-rl", made.namespace)
+    assert ready["status"]["readyWorkerReplicas"] == 8
 
 
 def test_the_json_document_has_stable_keys(tutorial, capsys):
