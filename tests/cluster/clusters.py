@@ -434,6 +434,12 @@ def with_existing_networks_on_another_subnet(made: Made) -> None:
     add_networks_of_another_release(made, other_subnet)
 
 
+def with_an_existing_network_missing(made: Made) -> None:
+    """Another release's network objects, without rdma-3's GKENetworkParamSet."""
+    name = made.values["network"]["rdma"][3]["name"]
+    made.kube.delete(NETWORKING, "GKENetworkParamSet", name)
+
+
 def without_the_lustre_driver(made: Made) -> None:
     made.kube.delete("storage.k8s.io/v1", "CSIDriver", lustre_driver(made.rendered))
 
@@ -510,6 +516,19 @@ def with_a_gpu_quota_too_small(made: Made) -> None:
         return "requests.nvidia.com/gpu" in ((got.get("status") or {}).get("used") or {})
 
     wait_for("the quota's use reported", reported, 60)
+
+
+def with_kuberay_installed_by_its_chart(made: Made, image: str) -> None:
+    """The operator's Deployment as KubeRay's Helm chart names and labels it, with no replica: the
+    test bed's operator runs as a process."""
+    labels = {"app.kubernetes.io/name": "kuberay-operator"}
+    ns = "kuberay-system"
+    made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    made.undo.append(lambda: delete(made.kube, "v1", "Namespace", ns, wait_gone=True))
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "kuberay-operator", "image": image}]}}
+    spec = {"replicas": 0, "selector": {"matchLabels": labels}, "template": template}
+    meta = {"name": "kuberay-operator", "namespace": ns, "labels": labels}
+    made.kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec})
 
 
 # --- users with limited rights --------------------------------------------------------------------

@@ -107,6 +107,13 @@ def test_a_healthy_cluster_passes_every_check_and_doctor_only_reads(bed, capsys,
     assert ("POST", ACCESS_REVIEW) in sent
 
 
+def test_the_operators_image_is_named_where_a_deployment_runs_it(tutorial, capsys):
+    clusters.with_kuberay_installed_by_its_chart(tutorial, "quay.io/kuberay/operator:v1.6.2")
+    rc, out, _ = doctor(tutorial, capsys)
+    assert rc == 0, out
+    assert "; operator kuberay-system/kuberay-operator runs quay.io/kuberay/operator:v1.6.2" in lines_of(out)["kuberay-crd"]
+
+
 SCENARIOS = sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))
 
 
@@ -197,6 +204,13 @@ BROKEN = [
         clusters.with_existing_networks_on_another_subnet,
         "gke-networks",
         "rdma-1: vpcSubnet 'someone-elses-subnet' (values: 'nemo-rl-rdma-sub-1')",
+        "network.createObjects true",
+        EXISTING_NETWORKS,
+    ),
+    Case(
+        clusters.with_an_existing_network_missing,
+        "gke-networks",
+        "the existing objects differ from the values: rdma-3: GKENetworkParamSet missing",
         "network.createObjects true",
         EXISTING_NETWORKS,
     ),
