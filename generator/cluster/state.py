@@ -24,6 +24,7 @@ INSTANCE = "app.kubernetes.io/instance"
 COMPONENT = "app.kubernetes.io/component"
 DASHBOARD_PORT = 8265
 SUBMISSION = "nemo-rl-gke/submission-id"
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 
 
 @dataclass
@@ -58,7 +59,7 @@ class RayJob:
 class ReleaseState:
     release: str
     namespace: str
-    raycluster: dict[str, Any] | None = None  # name, state, suspended, workers_desired, workers_ready
+    raycluster: dict[str, Any] | None = None  # name, state, detail, suspended, workers_desired, workers_ready
     pods: list[PodState] = field(default_factory=list)
     jobs: list[JobState] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # the RayCluster's latest Warning events
@@ -91,6 +92,20 @@ def pod_state(pod: dict[str, Any], group: str) -> PodState:
     return PodState(
         group, pod["metadata"]["name"], str(status.get("phase", "Unknown")), ready, (pod.get("spec") or {}).get("nodeName", ""), reason
     )
+
+
+def cluster_state(status: dict[str, Any]) -> tuple[str, str]:
+    """(state, detail) of a RayCluster. KubeRay sets `state` (ready, suspended) only once every pod
+    has been ready; until then its RayClusterProvisioned condition is False
+    (RayClusterPodsProvisioning, "RayCluster Pods are being provisioned for first time"), the
+    state shown as `provisioning` with the condition's message as the detail."""
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    provisioned = conditions.get("RayClusterProvisioned") or {}
+    if status.get("state"):
+        return str(status["state"]), ""
+    if provisioned.get("status") == "False":
+        return "provisioning", str(provisioned.get("message") or provisioned.get("reason") or "")
+    return "(no state yet)", ""
 
 
 def job_state(job: dict[str, Any]) -> JobState:
@@ -132,15 +147,22 @@ class Reader:
         self._job_pods()
         launcher = next((j for j in reversed(jobs) if ((j["metadata"].get("labels") or {}).get(COMPONENT)) == "launcher"), None)
         if rc is not None and launcher is not None:
-            self._run(rc, launcher)
+            if (rc.get("spec") or {}).get("suspend"):
+                self.state.problems.append("the run's Ray job is not readable: the RayCluster is suspended, so no Ray head runs")
+            else:
+                self._run(rc, launcher)
         return self.state
 
     def _cluster(self, rc: dict[str, Any]) -> None:
         name, status, spec = rc["metadata"]["name"], rc.get("status") or {}, rc.get("spec") or {}
         desired = sum(int(g.get("replicas", 0)) for g in spec.get("workerGroupSpecs") or [])
+        state, detail = cluster_state(status)
+        if spec.get("suspend") and KUEUE_QUEUE in (rc["metadata"].get("labels") or {}):
+            detail = self._admission(name) or detail
         self.state.raycluster = {
             "name": name,
-            "state": status.get("state", "") or "(no state yet)",
+            "state": state,
+            "detail": detail,
             "suspended": bool(spec.get("suspend")),
             "workers_desired": 0 if spec.get("suspend") else desired,
             "workers_ready": int(status.get("readyWorkerReplicas", 0) or 0),
@@ -154,6 +176,35 @@ class Reader:
         events = self._items(f"/api/v1/namespaces/{self.state.namespace}/events", fields=fields)
         events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
         self.state.events = [f"{e.get('reason', '')}: {e.get('message', '')}" for e in events[-3:]]
+
+    def _admission(self, raycluster: str) -> str:
+        """Why Kueue holds a suspended RayCluster: its Workload's QuotaReserved condition (Kueue
+        suspends the cluster until it reserves quota; v1beta2, else v1beta1 before Kueue 0.15)."""
+        ns = self.state.namespace
+        workloads: list[dict[str, Any]] | None = None
+        for version in ("v1beta2", "v1beta1"):
+            try:
+                workloads = self.kube.items(f"/apis/kueue.x-k8s.io/{version}/namespaces/{ns}/workloads")
+                break
+            except ApiError as e:
+                if e.code != 404:
+                    self.state.problems.append(f"could not read Kueue's workloads: {e}")
+                    return ""
+        if workloads is None:
+            return ""
+        owned = [
+            w
+            for w in workloads
+            if any(o.get("kind") == "RayCluster" and o.get("name") == raycluster for o in w["metadata"].get("ownerReferences") or [])
+        ]
+        if not owned:
+            return "Kueue has made no Workload for it yet"
+        conditions = {c.get("type"): c for c in (owned[0].get("status") or {}).get("conditions") or []}
+        reserved = conditions.get("QuotaReserved") or {}
+        if reserved.get("status") == "True":
+            return ""
+        why = reserved.get("message") or reserved.get("reason") or "no quota reserved yet"
+        return f"Kueue has not admitted it: {why}"
 
     def _job_pods(self) -> None:
         selector = f"{INSTANCE}={self.state.release},{COMPONENT} in (launcher,prepare)"

@@ -1,7 +1,7 @@
 """How `status` prints a release's state: text for people, or one JSON document.
 
 The JSON document (keys stable, docs/doctor-and-status.md): `release`, `namespace`, `server`,
-`context`, `found`, `raycluster` ({`name`, `state`, `suspended`, `workers_desired`,
+`context`, `found`, `raycluster` ({`name`, `state`, `detail`, `suspended`, `workers_desired`,
 `workers_ready`} or null), `pods` ([{`group`, `name`, `phase`, `ready`, `node`, `reason`}]), `jobs`
 ([{`component`, `name`, `state`, `detail`}]), `events`, `ray_job` ({`submission_id`, `attempt`,
 `status`, `message`, `start_time`, `end_time`} or null), `progress` ({`step`, `max_steps`,
@@ -28,11 +28,12 @@ def lines(state: ReleaseState) -> list[str]:
         out.append(f"RayCluster: none with {state.release}'s labels in namespace {state.namespace}")
     else:
         workers = (
-            "suspended: the GPU workers were released"
+            "no Ray pod runs (the launcher suspends it once the run has ended; Kueue, until it admits it)"
             if rc["suspended"]
             else f"{rc['workers_ready']}/{rc['workers_desired']} GPU workers ready"
         )
-        out.append(f"RayCluster {rc['name']}: {rc['state']}, {workers}")
+        detail = f" ({rc['detail']})" if rc.get("detail") else ""
+        out.append(f"RayCluster {rc['name']}: {rc['state']}{detail}, {workers}")
     width = max((len(p.group) for p in state.pods), default=4)
     for p in state.pods:
         mark = "ready" if p.ready else p.phase

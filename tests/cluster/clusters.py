@@ -1,281 +1,556 @@
-"""Clusters for doctor and status: the API stand-in (tests/kube_api) filled with the objects a
-healthy GKE cluster shows for a release's values, in the real API's shapes, and the ways each can
-be broken. The KubeRay CRDs are the ones the repository carries (vendor/kuberay/)."""
+"""Clusters for doctor and status on the test bed: what `python -m generator infra` and GKE's own
+controllers make for a release's values, built from the facts the repository has, and the ways to
+break each. The test bed is shared by the session: whatever is made or changed here is undone.
+
+A healthy cluster for a release (`made_for`), as infra.sh leaves it before `helm install`:
+- the release's namespace, labelled as the infra script labels it (NAMESPACE_LABELS);
+- GPU nodes for each worker group (the test bed's own GPU pool where it matches the group's node
+  selector, else a pool of simulated nodes shaped by testbed/nodes.py, as GKE adds them);
+- the CSIDriver the Lustre add-on registers (the name the chart's PersistentVolume gives);
+- the NCCL RDMA installer DaemonSet with the name, namespace and `k8s-app` label of Google's
+  manifest (generator/infra/steps.py INSTALLERS), on the GPU nodes only: the real DaemonSet
+  controller makes its pods, the real scheduler binds them, kwok makes them Ready;
+- the token Secret the values name (secrets.source existing);
+- with kueue.enabled, Kueue's queue as infra.sh configures it (generator.infra.kueue.manifests),
+  until the real Kueue reports the LocalQueue active;
+- with storage.existingClaim, a PersistentVolume of the Lustre driver and its claim, bound by the
+  real PersistentVolume controller;
+- with network.createObjects false, the network objects as another release's `helm install`
+  made them (the chart's objects, with the ownership metadata Helm adds).
+
+Then `installed_release` installs the release with the pinned Helm 4 and uninstalls it again, with
+what uninstall keeps cluster-wide; `user_kubeconfig` gives a ServiceAccount's token with the rights
+a test chooses.
+"""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import copy
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from bed_helpers import Release, remove_cluster_scoped
 
-from generator.cluster.release import Rendered, requests
-from generator.gke.profiles import PROFILES
-from generator.gke.sizing import allocatable
-from generator.infra.steps import INSTALLERS
-from generator.paths import ROOT
-from tests.kube_api.stand_in import ApiStandIn
+from generator.cluster.checks.storage import DRIVER as LUSTRE_DRIVER
+from generator.cluster.release import Rendered, render, requests
+from generator.infra import kueue as infra_kueue
+from generator.infra.steps import INSTALLERS, NAMESPACE_LABELS, InfraOptions
+from generator.render import helm as helm_mod
+from generator.values.layers import configurations
+from generator.values.worker_groups import GroupSpec
+from testbed import components
+from testbed import nodes as bed_nodes
+from testbed.bed import Cluster, Testbed, add_nodes
+from testbed.build import module_dir
+from testbed.kube import Kube, crd_established, wait_for
+from testbed.kubeconfig import Context
+from testbed.kubeconfig import write as write_kubeconfig
 
-NAMESPACE = "team"
-CLUSTER_ADMIN = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
-READ_EVERYTHING = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]
-OPERATOR_IMAGE = "quay.io/kuberay/operator:v1.7.0"
+RELEASE = "nemo-rl"
+INSTALLER = "nccl-rdma-installer"
+INSTALLER_LABEL = "k8s-app"
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+RAYCLUSTER_CRD = "rayclusters.ray.io"
+NETWORKING = "networking.gke.io/v1"
+KUEUE = infra_kueue.API
+MADE_UP_TOKEN = base64.b64encode(b"made-up-token").decode()
+_names = itertools.count(1)
 
 
-def kuberay_crd(version: str = "v1.7.0") -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "vendor" / "kuberay" / version / "ray.io_rayclusters.yaml").read_text())
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_names)}"
 
 
-def crd(plural: str, group: str, kind: str, versions: tuple[str, ...] = ("v1",), namespaced: bool = True) -> dict[str, Any]:
-    """A CustomResourceDefinition in the API's shape (its schema left open: only the names and served
-    versions matter to the stand-in)."""
+def rendered_for(values: Path, namespace: str, *sets: str, release: str = RELEASE) -> Rendered:
+    """The chart rendered as doctor renders it: VALUES with `--set K=V` pairs given as 'K=V'."""
+    return render(configurations([values], sets=[("--set", s) for s in sets])[0], release, namespace)
+
+
+@dataclass
+class Made:
+    """A cluster made for one release: the admin's client, the release as rendered, and how to
+    undo each change (run last first)."""
+
+    cluster: Cluster
+    rendered: Rendered
+    kube: Kube = field(init=False)
+    undo: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.kube = self.cluster.kube()
+
+    @property
+    def namespace(self) -> str:
+        return self.rendered.namespace
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return self.rendered.values
+
+    def create(self, obj: dict[str, Any], wait_gone: bool = False) -> None:
+        """Apply an object and delete it at the end (cluster-wide ones; the namespace takes the rest)."""
+        self.kube.apply(obj)
+        api, kind, meta = obj["apiVersion"], obj["kind"], obj["metadata"]
+        self.undo.append(lambda: delete(self.kube, api, kind, meta["name"], meta.get("namespace"), wait_gone=wait_gone))
+
+    def tear_down(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+
+def delete(kube: Kube, api: str, kind: str, name: str, namespace: str | None = None, *, wait_gone: bool = False) -> None:
+    kube.delete(api, kind, name, namespace)
+    if wait_gone:
+        wait_for(f"{kind} {name} deleted", lambda: kube.get(api, kind, name, namespace) is None, 120)
+
+
+@contextlib.contextmanager
+def made_for(cluster: Cluster, rendered: Rendered, gpu_nodes: bool = True) -> Iterator[Made]:
+    """A healthy cluster for the release (see the module's docstring), undone on the way out.
+    `gpu_nodes` False adds no node: the test bed's own pool is all there is."""
+    made = Made(cluster, rendered)
+    try:
+        make_namespace(made)
+        if gpu_nodes and made.values["gke"]["mode"] == "standard":
+            add_gpu_pools(made)
+        made.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": lustre_driver(rendered)}, "spec": {}})
+        add_rdma_installer(made)
+        secrets = made.values["secrets"]
+        if secrets["source"] == "existing":
+            add_token_secret(made)
+        if made.values["kueue"]["enabled"]:
+            add_kueue(made)
+        if made.values["storage"]["existingClaim"]:
+            add_existing_claim(made)
+        if made.values["network"]["mode"] == "rdma" and not made.values["network"]["createObjects"]:
+            add_networks_of_another_release(made)
+        yield made
+    finally:
+        made.tear_down()
+
+
+def make_namespace(made: Made) -> None:
+    ns = made.namespace
+    made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": dict(NAMESPACE_LABELS)}})
+    made.undo.append(lambda: made.kube.delete("v1", "Namespace", ns))
+    wait_for(f"ServiceAccount default in {ns}", lambda: made.kube.get("v1", "ServiceAccount", "default", ns))
+
+
+def lustre_driver(rendered: Rendered) -> str:
+    """The driver the chart's PersistentVolume names (the storage check's name without one)."""
+    pvs = rendered.of_kind("PersistentVolume")
+    return pvs[0]["spec"]["csi"]["driver"] if pvs else LUSTRE_DRIVER
+
+
+def infra_options(values: dict[str, Any], namespace: str, cluster: str = "nemo-rl") -> InfraOptions:
+    """The infra script's options that made the cluster these values were generated for."""
+    groups = tuple(GroupSpec(g["name"], g["replicas"], g["provisioning"], g.get("reservationName", "")) for g in values["workerGroups"])
+    topology = (values["kueue"].get("topology") or {}).get("mode", "none")
+    return InfraOptions(
+        gpu=values["accelerator"]["type"],
+        project="testbed",
+        region="us-central1",
+        zone="us-central1-b",
+        mode=values["gke"]["mode"],
+        groups=groups,
+        cluster=cluster,
+        namespace=namespace,
+        kueue=bool(values["kueue"]["enabled"]),
+        kueue_queue=values["kueue"].get("queueName") or "gpu-queue",
+        topology=topology,
+    )
+
+
+def _selects(node: dict[str, Any], selector: dict[str, Any]) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(k) == str(v) for k, v in selector.items())
+
+
+def add_gpu_pools(made: Made) -> None:
+    """A simulated pool for each worker group that no node of the test bed can take (another GPU,
+    provisioning or reservation, or an extra node selector of the values), as GKE adds nodes: the
+    shape from testbed/nodes.py, the group's own node selector among the labels."""
+    o = infra_options(made.values, made.namespace, cluster=unique("pool"))
+    existing = made.kube.list("v1", "Node")
+    added: list[dict[str, Any]] = []
+    for block, ((_, replicas, pod), group) in enumerate(zip(made.rendered.workers(), o.worker_groups, strict=True)):
+        selector = pod.spec.get("nodeSelector") or {}
+        if sum(_selects(n, selector) for n in existing) >= replicas:
+            continue
+        for node in bed_nodes.gpu_pool(o, group, first_block=block):
+            node["metadata"]["labels"] |= {k: str(v) for k, v in selector.items()}
+            added.append(node)
+    if added:
+        for node in added:
+            made.undo.append(lambda n=node["metadata"]["name"]: made.kube.delete("v1", "Node", n))
+        add_nodes(made.kube, added)
+
+
+def installer_daemonset(namespace: str) -> dict[str, Any]:
+    """Google's NCCL RDMA installer as its manifest names and labels it, placed on GPU nodes only.
+    Its containers never run here (kwok reports them Ready)."""
+    labels = {INSTALLER_LABEL: INSTALLER}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ACCELERATOR_LABEL, "operator": "Exists"}]}
+    ]}}}  # fmt: skip
     return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": INSTALLER, "namespace": namespace, "labels": labels},
         "spec": {
-            "group": group,
-            "names": {"plural": plural, "kind": kind},
-            "scope": "Namespaced" if namespaced else "Cluster",
-            "versions": [
-                {
-                    "name": v,
-                    "served": True,
-                    "storage": i == 0,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-                for i, v in enumerate(versions)
-            ],
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "affinity": affinity,
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": INSTALLER, "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib"}],
+                },
+            },
         },
     }
 
 
-def ready_condition(ready: bool = True) -> list[dict[str, str]]:
-    return [{"type": "Ready", "status": "True" if ready else "False"}, {"type": "PodScheduled", "status": "True"}]
+def installer_namespace(values: dict[str, Any]) -> str:
+    return INSTALLERS[values["gke"]["mode"]][1]
 
 
-def gpu_node(name: str, rendered: Rendered, selector: dict[str, Any]) -> dict[str, Any]:
-    """A GPU node as GKE shows it: the accelerator label, the pool's labels, GKE's allocatable."""
-    profile = PROFILES[rendered.values["accelerator"]["type"]]
-    a = allocatable(profile)
-    alloc = {"cpu": f"{int(a.cpu * 1000)}m", "memory": f"{int(a.memory_gib * 2**20)}Ki", "nvidia.com/gpu": str(profile.gpus_per_node)}
-    labels = {"kubernetes.io/hostname": name, "cloud.google.com/gke-nodepool": "gpu-pool"} | {k: str(v) for k, v in selector.items()}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {"allocatable": alloc, "capacity": dict(alloc, cpu=str(profile.host_vcpus)), "conditions": ready_condition()},
-    }
+def gpu_node_names(kube: Kube, node_label: str) -> list[str]:
+    return [n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector=f"{ACCELERATOR_LABEL}={node_label}")]
 
 
-def installer_pod(namespace: str, node: str, ready: bool = True) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": "Running" if ready else "Pending", "conditions": ready_condition(ready)}
-    if not ready:
-        status["initContainerStatuses"] = [{"name": "nccl-rdma-installer", "state": {"waiting": {"reason": "PodInitializing"}}}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"nccl-rdma-installer-{node}", "namespace": namespace, "labels": {"k8s-app": "nccl-rdma-installer"}},
-        "spec": {"nodeName": node},
-        "status": status,
-    }
+def installer_pods(kube: Kube, namespace: str) -> dict[str, dict[str, Any]]:
+    """Node name -> the installer's pod on it."""
+    pods = kube.list("v1", "Pod", namespace, label_selector=f"{INSTALLER_LABEL}={INSTALLER}")
+    return {p["spec"].get("nodeName", ""): p for p in pods if not p["metadata"].get("deletionTimestamp")}
 
 
-def healthy(api: ApiStandIn, rendered: Rendered) -> None:
-    """What a cluster made by infra.sh (plus the user's token Secret, and Kueue when the values use
-    it) shows before `helm install`, with the GPU nodes up."""
-    values, ns = rendered.values, rendered.namespace
-    api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}})
-    api.put(kuberay_crd())
-    api.put(crd("networks", "networking.gke.io", "Network", namespaced=False))
-    api.put(crd("gkenetworkparamsets", "networking.gke.io", "GKENetworkParamSet", namespaced=False))
-    api.put({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": "lustre.csi.storage.gke.io"}, "spec": {}})
-    operator = {"template": {"spec": {"containers": [{"name": "kuberay-operator", "image": OPERATOR_IMAGE}]}}}
-    api.put(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {
-                "name": "kuberay-operator",
-                "namespace": "kuberay-system",
-                "labels": {"app.kubernetes.io/name": "kuberay-operator"},
-            },
-            "spec": operator,
-        }
-    )
-    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gke-default-pool-0"}, "status": {"conditions": ready_condition()}})
-    _, installer_ns = INSTALLERS[values["gke"]["mode"]]
-    api.put(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "metadata": {"name": "nccl-rdma-installer", "namespace": installer_ns, "labels": {"k8s-app": "nccl-rdma-installer"}},
-            "spec": {"selector": {"matchLabels": {"k8s-app": "nccl-rdma-installer"}}},
-        }
-    )
-    for group, replicas, pod in rendered.workers():
-        for i in range(replicas):
-            name = f"gke-gpu-pool-{group}-{i:05d}"
-            api.put(gpu_node(name, rendered, pod.spec.get("nodeSelector") or {}))
-            api.put(installer_pod(installer_ns, name))
-    secrets = values["secrets"]
-    if secrets["source"] == "existing":
-        keys = [k for k in (secrets["hfTokenKey"], secrets["wandbApiKeyKey"]) if k]
-        data = {k: "c2VjcmV0LXRva2Vu" for k in keys}  # base64 of a made-up token
-        api.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secrets["existingSecret"], "namespace": ns}, "data": data})
-    if secrets["source"] == "external":
-        api.put(crd("externalsecrets", "external-secrets.io", "ExternalSecret"))
-        api.put(crd("clustersecretstores", "external-secrets.io", "ClusterSecretStore", namespaced=False))
-        store = {"name": secrets["external"]["storeName"]} | (
-            {} if secrets["external"]["storeKind"] == "ClusterSecretStore" else {"namespace": ns}
-        )
-        api.put({"apiVersion": secrets["external"]["apiVersion"], "kind": secrets["external"]["storeKind"], "metadata": store, "spec": {}})
-    if values["kueue"]["enabled"]:
-        add_kueue(api, rendered)
-    if claim := values["storage"]["existingClaim"]:
-        spec = {"accessModes": ["ReadWriteMany"], "volumeName": "team-lustre-pv"}
-        api.put(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": claim, "namespace": ns},
-                "spec": spec,
-                "status": {"phase": "Bound"},
-            }
-        )
-    if values["network"]["mode"] == "rdma" and not values["network"]["createObjects"]:
-        with_existing_networks(api, rendered)
+def _ready(pod: dict[str, Any] | None) -> bool:
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def add_kueue(api: ApiStandIn, rendered: Rendered, gpus: int | None = None) -> None:
-    api.put(crd("localqueues", "kueue.x-k8s.io", "LocalQueue", ("v1beta1",)))
-    api.put(crd("clusterqueues", "kueue.x-k8s.io", "ClusterQueue", ("v1beta1",), namespaced=False))
-    quota = [{"name": "nvidia.com/gpu", "nominalQuota": gpus if gpus is not None else rendered.gpus}]
-    api.put(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "gpu-cluster-queue"},
-            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "h200", "resources": quota}]}]},
-        }
-    )
-    api.put(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "LocalQueue",
-            "metadata": {"name": rendered.values["kueue"]["queueName"], "namespace": rendered.namespace},
-            "spec": {"clusterQueue": "gpu-cluster-queue"},
-            "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Ready"}]},
-        }
-    )
+def add_rdma_installer(made: Made) -> None:
+    ns = installer_namespace(made.values)
+    if made.kube.get("v1", "Namespace", ns) is None:
+        made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        made.undo.append(lambda: delete(made.kube, "v1", "Namespace", ns, wait_gone=True))  # made again by the next test
+        wait_for(f"ServiceAccount default in {ns}", lambda: made.kube.get("v1", "ServiceAccount", "default", ns))
+    made.create(installer_daemonset(ns), wait_gone=True)
+    label = made.values["accelerator"]["nodeLabel"]
+
+    def ready_everywhere() -> bool:
+        pods = installer_pods(made.kube, ns)
+        return all(_ready(pods.get(n)) for n in gpu_node_names(made.kube, label))
+
+    wait_for(f"DaemonSet {ns}/{INSTALLER} Ready on every GPU node", ready_everywhere, 120)
 
 
-# --- the ways a cluster is broken: each changes a healthy one -------------------------------------
+def token_secret(made: Made, keys: list[str]) -> dict[str, Any]:
+    name = made.values["secrets"]["existingSecret"]
+    meta = {"name": name, "namespace": made.namespace}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "data": dict.fromkeys(keys, MADE_UP_TOKEN)}
 
 
-def without_kuberay(api: ApiStandIn, rendered: Rendered) -> None:
-    api.remove("customresourcedefinitions", "rayclusters.ray.io")
+def token_keys(values: dict[str, Any]) -> list[str]:
+    s = values["secrets"]
+    return [k for k in (s["hfTokenKey"], s["wandbApiKeyKey"]) if k]
 
 
-def with_an_older_raycluster_crd(api: ApiStandIn, rendered: Rendered) -> None:
-    """An operator whose CRD lacks headGroupSpec.headService (the vendored v1.3.2 CRD without it)."""
-    old = kuberay_crd("v1.3.2")
-    head = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["headGroupSpec"]
-    del head["properties"]["headService"]
-    api.put(old)
+def add_token_secret(made: Made) -> None:
+    made.kube.apply(token_secret(made, token_keys(made.values)))
 
 
-def without_the_rdma_installer(api: ApiStandIn, rendered: Rendered) -> None:
-    _, ns = INSTALLERS[rendered.values["gke"]["mode"]]
-    api.remove("daemonsets", "nccl-rdma-installer", ns)
+def add_kueue(made: Made) -> None:
+    """The queue infra.sh configures, until Kueue reports the LocalQueue active."""
+    docs = infra_kueue.manifests(infra_options(made.values, made.namespace))
+    for doc in docs:
+        if doc["kind"] == "LocalQueue":
+            made.kube.apply(doc)
+        else:
+            made.create(doc, wait_gone=True)  # cluster-wide: gone before another test makes them again
+    lq = next(d for d in docs if d["kind"] == "LocalQueue")
+    wait_for(f"LocalQueue {made.namespace}/{lq['metadata']['name']} active", lambda: local_queue_active(made.kube, made.namespace, lq), 60)
 
 
-def with_the_rdma_installer_not_ready(api: ApiStandIn, rendered: Rendered) -> None:
-    _, ns = INSTALLERS[rendered.values["gke"]["mode"]]
-    node = next(n for (_, _, r, n) in api.objects if r == "nodes" and n.startswith("gke-gpu-pool"))
-    api.put(installer_pod(ns, node, ready=False))
+def local_queue_active(kube: Kube, namespace: str, lq: dict[str, Any]) -> bool:
+    got = kube.get(KUEUE, "LocalQueue", lq["metadata"]["name"], namespace) or {}
+    return any(c["type"] == "Active" and c["status"] == "True" for c in (got.get("status") or {}).get("conditions") or [])
 
 
-def with_networks_of_another_release(api: ApiStandIn, rendered: Rendered) -> None:
-    for kind in ("Network", "GKENetworkParamSet"):
-        meta = {
-            "name": "rdma-3",
-            "labels": {"app.kubernetes.io/managed-by": "Helm"},
-            "annotations": {"meta.helm.sh/release-name": "other", "meta.helm.sh/release-namespace": "research"},
-        }
-        api.put({"apiVersion": "networking.gke.io/v1", "kind": kind, "metadata": meta, "spec": {}})
-
-
-def with_existing_networks(api: ApiStandIn, rendered: Rendered, wrong_subnet: str = "") -> None:
-    """The network objects another release made, as the values name them (one subnet wrong if asked)."""
-    net = rendered.values["network"]
-    for i, n in enumerate([net["gvnic"], *net["rdma"]]):
-        subnet = wrong_subnet if wrong_subnet and i == 2 else n["subnet"]
-        spec = {"vpc": n["vpc"], "vpcSubnet": subnet, "deviceMode": "NetDevice" if i == 0 else "RDMA"}
-        api.put({"apiVersion": "networking.gke.io/v1", "kind": "GKENetworkParamSet", "metadata": {"name": n["name"]}, "spec": spec})
-        ref = {"group": "networking.gke.io", "kind": "GKENetworkParamSet", "name": n["name"]}
-        api.put(
-            {
-                "apiVersion": "networking.gke.io/v1",
-                "kind": "Network",
-                "metadata": {"name": n["name"]},
-                "spec": {"type": "Device", "parametersRef": ref},
-            }
-        )
-
-
-def with_small_gpu_nodes(api: ApiStandIn, rendered: Rendered) -> None:
-    for key, obj in list(api.objects.items()):
-        if key[2] == "nodes" and key[3].startswith("gke-gpu-pool"):
-            small = copy.deepcopy(obj)
-            small["status"]["allocatable"]["memory"] = "1000Gi"
-            api.put(small)
-
-
-def without_gpu_nodes(api: ApiStandIn, rendered: Rendered) -> None:
-    for key in [k for k in api.objects if k[2] in ("nodes", "pods") and ("gpu-pool" in k[3] or "nccl-rdma-installer-" in k[3])]:
-        del api.objects[key]
-
-
-def without_the_lustre_driver(api: ApiStandIn, rendered: Rendered) -> None:
-    api.remove("csidrivers", "lustre.csi.storage.gke.io")
-
-
-def with_a_token_key_missing(api: ApiStandIn, rendered: Rendered) -> None:
-    s = rendered.values["secrets"]
-    secret = api.get("secrets", s["existingSecret"], rendered.namespace)
-    del secret["data"][s["wandbApiKeyKey"]]
-    api.put(secret)
-
-
-def without_the_token_secret(api: ApiStandIn, rendered: Rendered) -> None:
-    api.remove("secrets", rendered.values["secrets"]["existingSecret"], rendered.namespace)
-
-
-def without_the_local_queue(api: ApiStandIn, rendered: Rendered) -> None:
-    api.remove("localqueues", rendered.values["kueue"]["queueName"], rendered.namespace)
-
-
-def with_baseline_pod_security(api: ApiStandIn, rendered: Rendered) -> None:
-    ns = api.get("namespaces", rendered.namespace)
-    ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "baseline"
-    api.put(ns)
-
-
-def with_a_gpu_quota_too_small(api: ApiStandIn, rendered: Rendered) -> None:
-    per_node = int(requests(rendered.workers()[0][2].spec)["nvidia.com/gpu"])
-    api.put(
+def add_existing_claim(made: Made) -> None:
+    """A Lustre PersistentVolume and the claim storage.existingClaim names, bound by Kubernetes."""
+    claim, ns = made.values["storage"]["existingClaim"], made.namespace
+    pv = f"{ns}-{claim}"
+    made.create(
         {
             "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "gpu-quota", "namespace": rendered.namespace},
-            "spec": {"hard": {"requests.nvidia.com/gpu": str(per_node)}},
-            "status": {"hard": {"requests.nvidia.com/gpu": str(per_node)}, "used": {"requests.nvidia.com/gpu": "0"}},
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "9000Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "csi": {"driver": lustre_driver(made.rendered), "volumeHandle": f"testbed/us-central1-b/{pv}"},
+                "claimRef": {"namespace": ns, "name": claim},
+            },
+        }
+    )
+    made.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": ns},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "9000Gi"}},
+            },
         }
     )
 
+    def bound() -> bool:
+        pvc = made.kube.get("v1", "PersistentVolumeClaim", claim, ns) or {}
+        return (pvc.get("status") or {}).get("phase") == "Bound"
 
-def kubeconfig(api: ApiStandIn, folder: Path, **kw: Any) -> Path:
-    return api.kubeconfig(folder / "kubeconfig", namespace=NAMESPACE, **kw)
+    wait_for(f"claim {ns}/{claim} Bound", bound, 60)
+
+
+def networks_of_another_release(made: Made, release: str = "other", namespace: str = "research") -> list[dict[str, Any]]:
+    """The Network and GKENetworkParamSet objects `helm install` of another release made from the
+    same network plan (network.createObjects true there), with the ownership metadata Helm adds."""
+    values = copy.deepcopy(made.values)
+    values["network"]["createObjects"] = True
+    path = Path(made.cluster.kubeconfig).parent / f"{unique('other-values')}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    other = render(configurations([path])[0], release, namespace)
+    out = []
+    for rendered in other.objects:
+        if rendered.get("kind") in ("Network", "GKENetworkParamSet"):
+            obj = copy.deepcopy(rendered)
+            obj["metadata"].setdefault("annotations", {}).update(
+                {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace}
+            )
+            obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "Helm"
+            out.append(obj)
+    return out
+
+
+def add_networks_of_another_release(made: Made, change: Callable[[dict[str, Any]], None] | None = None) -> None:
+    for obj in networks_of_another_release(made):
+        if change is not None:
+            change(obj)
+        made.create(obj)
+
+
+@contextlib.contextmanager
+def installed_release(made: Made, values: Path, sets: Sequence[str] = ()) -> Iterator[Release]:
+    """The release installed with the pinned Helm 4; then uninstalled, with what uninstall keeps
+    cluster-wide (the docs' clean-up): the next test's release makes them again."""
+    release = Release(helm_mod.pinned(helm_mod.PINS[0]), made.cluster, "nemo-rl", made.namespace)
+    try:
+        release.install([values], sets)
+        yield release
+    finally:
+        release.uninstall(check=False)
+        remove_cluster_scoped(made.kube, release.name)
+
+
+# --- the ways a cluster is broken: each changes a healthy one, and undoes what it changed in it -----
+
+
+def kuberay_crd(version: str) -> dict[str, Any]:
+    """The RayCluster CRD as the test bed installed it for this KubeRay version (from its module)."""
+    path = Path(module_dir(components.kuberay(version))) / "config" / "crd" / "bases" / "ray.io_rayclusters.yaml"
+    return yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
+
+
+def _restore_crd(made: Made) -> None:
+    crd = kuberay_crd(made.cluster.kuberay)
+    made.kube.refresh()
+    made.kube.apply(crd)
+    wait_for(f"CRD {RAYCLUSTER_CRD} established again", lambda: crd_established(made.kube, RAYCLUSTER_CRD), 120)
+    made.kube.refresh()
+
+
+def without_kuberay(made: Made) -> None:
+    made.undo.append(lambda: _restore_crd(made))
+    delete(made.kube, "apiextensions.k8s.io/v1", "CustomResourceDefinition", RAYCLUSTER_CRD, wait_gone=True)
+
+
+def with_an_older_raycluster_crd(made: Made) -> None:
+    """The test bed's RayCluster CRD without headGroupSpec.headService, which the chart renders."""
+    crd = kuberay_crd(made.cluster.kuberay)
+    for version in crd["spec"]["versions"]:
+        head = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].get("headGroupSpec")
+        if head:
+            del head["properties"]["headService"]
+    made.undo.append(lambda: _restore_crd(made))
+    made.kube.apply(crd)
+
+    def served_without() -> bool:
+        got = made.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", RAYCLUSTER_CRD) or {}
+        v1 = next(v for v in got["spec"]["versions"] if v["name"] == "v1")
+        return "headService" not in v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["headGroupSpec"]["properties"]
+
+    wait_for("the older schema served", served_without, 60)
+
+
+def without_the_rdma_installer(made: Made) -> None:
+    delete(made.kube, "apps/v1", "DaemonSet", INSTALLER, installer_namespace(made.values), wait_gone=True)
+
+
+def with_the_rdma_installer_kept_off_a_gpu_node(made: Made) -> None:
+    """The installer's affinity excludes one GPU node: the DaemonSet controller removes its pod."""
+    ns = installer_namespace(made.values)
+    node = sorted(gpu_node_names(made.kube, made.values["accelerator"]["nodeLabel"]))[0]
+    ds = installer_daemonset(ns)
+    terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms["nodeSelectorTerms"][0]["matchExpressions"].append({"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]})
+    made.kube.apply(ds)
+    wait_for(f"no installer pod on {node}", lambda: node not in installer_pods(made.kube, ns), 120)
+
+
+def with_networks_of_another_release(made: Made) -> None:
+    add_networks_of_another_release(made)
+
+
+def with_existing_networks_on_another_subnet(made: Made) -> None:
+    """The network objects another release made, rdma-1's on another subnet than the values'."""
+    rdma1 = made.values["network"]["rdma"][1]["name"]
+
+    def other_subnet(obj: dict[str, Any]) -> None:
+        if obj["kind"] == "GKENetworkParamSet" and obj["metadata"]["name"] == rdma1:
+            obj["spec"]["vpcSubnet"] = "someone-elses-subnet"
+
+    add_networks_of_another_release(made, other_subnet)
+
+
+def with_an_existing_network_missing(made: Made) -> None:
+    """Another release's network objects, without rdma-3's GKENetworkParamSet."""
+    name = made.values["network"]["rdma"][3]["name"]
+    made.kube.delete(NETWORKING, "GKENetworkParamSet", name)
+
+
+def without_the_lustre_driver(made: Made) -> None:
+    made.kube.delete("storage.k8s.io/v1", "CSIDriver", lustre_driver(made.rendered))
+
+
+def without_the_token_secret(made: Made) -> None:
+    made.kube.delete("v1", "Secret", made.values["secrets"]["existingSecret"], made.namespace)
+
+
+def with_a_token_key_missing(made: Made) -> None:
+    name = made.values["secrets"]["existingSecret"]
+    made.kube.delete("v1", "Secret", name, made.namespace)
+    made.kube.apply(token_secret(made, [k for k in token_keys(made.values) if k != made.values["secrets"]["wandbApiKeyKey"]]))
+
+
+def without_the_local_queue(made: Made) -> None:
+    made.kube.delete(KUEUE, "LocalQueue", made.values["kueue"]["queueName"], made.namespace)
+
+
+def _cluster_queue(made: Made) -> dict[str, Any]:
+    """The ClusterQueue infra.sh configures for these values."""
+    return next(d for d in infra_kueue.manifests(infra_options(made.values, made.namespace)) if d["kind"] == "ClusterQueue")
+
+
+def _condition(kube: Kube, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    got = kube.get(KUEUE, kind, name, namespace) or {}
+    return next((c for c in (got.get("status") or {}).get("conditions") or [] if c["type"] == "Active"), {})
+
+
+def without_the_cluster_queue(made: Made) -> None:
+    """The LocalQueue's ClusterQueue deleted, until Kueue reports the LocalQueue inactive for it."""
+    delete(made.kube, KUEUE, "ClusterQueue", infra_kueue.CLUSTER_QUEUE, wait_gone=True)
+    queue = made.values["kueue"]["queueName"]
+    wait_for(
+        "the LocalQueue inactive",
+        lambda: _condition(made.kube, "LocalQueue", queue, made.namespace).get("reason") == "ClusterQueueDoesNotExist",
+        60,
+    )
+
+
+def with_a_cluster_queue_over_a_missing_flavor(made: Made) -> None:
+    """The ClusterQueue's GPU flavor renamed to one that does not exist, until Kueue reports it inactive."""
+    cq = _cluster_queue(made)
+    cq["spec"]["resourceGroups"][0]["flavors"][-1]["name"] = "no-such-flavor"
+    made.kube.apply(cq)
+    name = cq["metadata"]["name"]
+    wait_for("the ClusterQueue inactive", lambda: _condition(made.kube, "ClusterQueue", name).get("status") == "False", 60)
+
+
+def with_a_cluster_queue_too_small(made: Made) -> None:
+    """The ClusterQueue's nominal nvidia.com/gpu quota one node's worth."""
+    cq = _cluster_queue(made)
+    per_node = str(requests(made.rendered.workers()[0][2].spec)["nvidia.com/gpu"])
+    for flavor in cq["spec"]["resourceGroups"][0]["flavors"]:
+        for r in flavor["resources"]:
+            if r["name"] == "nvidia.com/gpu" and r["nominalQuota"] != "0":
+                r["nominalQuota"] = per_node
+    made.kube.apply(cq)
+
+
+def with_baseline_pod_security(made: Made) -> None:
+    labels = dict(NAMESPACE_LABELS) | {"pod-security.kubernetes.io/enforce": "baseline"}
+    made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": made.namespace, "labels": labels}})
+
+
+def with_a_gpu_quota_too_small(made: Made) -> None:
+    """A ResourceQuota for one worker's GPUs, once the quota controller has reported its use."""
+    per_node = int(requests(made.rendered.workers()[0][2].spec)["nvidia.com/gpu"])
+    hard = {"requests.nvidia.com/gpu": str(per_node)}
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu-quota", "namespace": made.namespace}}
+    made.kube.apply(quota | {"spec": {"hard": hard}})
+
+    def reported() -> bool:
+        got = made.kube.get("v1", "ResourceQuota", "gpu-quota", made.namespace) or {}
+        return "requests.nvidia.com/gpu" in ((got.get("status") or {}).get("used") or {})
+
+    wait_for("the quota's use reported", reported, 60)
+
+
+def with_kuberay_installed_by_its_chart(made: Made, image: str) -> None:
+    """The operator's Deployment as KubeRay's Helm chart names and labels it, with no replica: the
+    test bed's operator runs as a process."""
+    labels = {"app.kubernetes.io/name": "kuberay-operator"}
+    ns = "kuberay-system"
+    made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    made.undo.append(lambda: delete(made.kube, "v1", "Namespace", ns, wait_gone=True))
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "kuberay-operator", "image": image}]}}
+    spec = {"replicas": 0, "selector": {"matchLabels": labels}, "template": template}
+    meta = {"name": "kuberay-operator", "namespace": ns, "labels": labels}
+    made.kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec})
+
+
+# --- users with limited rights --------------------------------------------------------------------
+
+
+def user_kubeconfig(made: Made, bed: Testbed, folder: Path, rules: list[dict[str, Any]], cluster_rules: list[dict[str, Any]]) -> Path:
+    """A kubeconfig of a ServiceAccount in the release's namespace holding a Role with `rules` there
+    and a ClusterRole with `cluster_rules`, its token from the TokenRequest API."""
+    kube, ns = made.kube, made.namespace
+    name = unique("doctor-user")
+    kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}})
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
+    rbac = "rbac.authorization.k8s.io/v1"
+    if rules:
+        kube.apply({"apiVersion": rbac, "kind": "Role", "metadata": {"name": name, "namespace": ns}, "rules": rules})
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+        binding = {"name": name, "namespace": ns}
+        kube.apply({"apiVersion": rbac, "kind": "RoleBinding", "metadata": binding, "roleRef": ref, "subjects": subject})
+    if cluster_rules:
+        made.create({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": name}, "rules": cluster_rules})
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+        made.create({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": name}, "roleRef": ref, "subjects": subject})
+    token = kube.token(name, ns)
+    context = Context(name, made.cluster.server, Path(bed.ca), token=token)
+    return write_kubeconfig(folder / f"{name}.kubeconfig", [context])

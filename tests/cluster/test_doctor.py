@@ -1,6 +1,8 @@
-"""`python -m generator doctor` against the Kubernetes API stand-in: the official client over HTTPS
-through a kubeconfig, a healthy cluster that passes, one broken in each way the issue lists, each
-reported with its fix; never a write."""
+"""`python -m generator doctor` against the test bed's real API server: a cluster made as infra.sh
+and GKE's controllers make it passes for every scenario, on both KubeRay versions; one broken in
+each way the issue lists is reported with its fix, and only that; users with limited rights (a
+ServiceAccount's token) are told what they may not do or read; doctor sends only GET requests and
+SelfSubjectAccessReviews."""
 
 from __future__ import annotations
 
@@ -10,47 +12,65 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import clusters
 import pytest
-from clusters import CLUSTER_ADMIN, NAMESPACE, READ_EVERYTHING, healthy, kubeconfig
+from bed_helpers import wait_ready
+from clusters import Made, installed_release, made_for, rendered_for, unique
 
 from generator.cli import main
+from generator.cluster import kube as cluster_kube
 from generator.cluster.checks.access import RESOURCES
-from generator.cluster.release import Rendered, render
 from generator.paths import ROOT
-from generator.values.layers import configurations
-from tests.kube_api.stand_in import ApiStandIn
+from testbed.kubeconfig import Context
+from testbed.kubeconfig import write as write_kubeconfig
 
-RELEASE = "nemo-rl"
 TUTORIAL = ROOT / "examples" / "tutorial-h200.yaml"  # 2 H200 nodes, RDMA, Spot, an existing token Secret
-KUEUE = ("--set", "kueue.enabled=true", "--set", "kueue.queueName=gpu-queue")
-EXISTING_NETWORKS = ("--set", "network.createObjects=false")
-
-
-def rendered_for(*sets: str) -> Rendered:
-    pairs = [(sets[i], sets[i + 1]) for i in range(0, len(sets), 2)]
-    return render(configurations([TUTORIAL], sets=pairs)[0], RELEASE, NAMESPACE)
-
-
-@pytest.fixture(scope="module")
-def tutorial() -> Rendered:
-    return rendered_for()
+TUTORIAL_B200 = ROOT / "examples" / "tutorial-b200.yaml"
+NEWEST, OLDEST = "v1.6.2", "v1.3.2"
+KUEUE = ("kueue.enabled=true", "kueue.queueName=gpu-queue")
+EXISTING_NETWORKS = ("network.createObjects=false",)
+TOO_BIG = ("worker.resources.requests.memory=3000Gi", "worker.resources.limits.memory=3240Gi")
+ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+CHECKS = [
+    "api", "permissions", "kuberay-crd", "rdma-installer", "gke-networks", "gpu-nodes",
+    "storage", "token-secret", "kueue-queue", "pod-security", "quotas",
+]  # fmt: skip
 
 
 @pytest.fixture
-def api(tmp_path: Path, tutorial: Rendered) -> Iterator[ApiStandIn]:
-    with ApiStandIn(tmp_path / "api", namespace=NAMESPACE, user="alice@example.com", cluster_rules=CLUSTER_ADMIN, strict_crds=True) as a:
-        healthy(a, tutorial)
-        yield a
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(method, path) of every request doctor sends, as its client sends it."""
+    out: list[tuple[str, str]] = []
+    call = cluster_kube.Kube._call
+
+    def recorded(self: cluster_kube.Kube, method: str, path: str, query: dict[str, str], body: Any = None) -> str:
+        out.append((method, path))
+        return call(self, method, path, query, body)
+
+    monkeypatch.setattr(cluster_kube.Kube, "_call", recorded)
+    return out
 
 
-def doctor(api: ApiStandIn, tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+@pytest.fixture
+def tutorial(bed) -> Iterator[Made]:
+    """A healthy cluster for the tutorial's values, on the newest KubeRay's API server."""
+    with made_for(bed.cluster(NEWEST), rendered_for(TUTORIAL, unique("doctor"))) as made:
+        yield made
+
+
+def doctor(
+    made: Made, capsys: pytest.CaptureFixture[str], *args: str, values: Path = TUTORIAL, kubeconfig: str = ""
+) -> tuple[int, str, str]:
     capsys.readouterr()
-    rc = main(["doctor", str(TUTORIAL), "--kubeconfig", str(kubeconfig(api, tmp_path)), *args])
+    rc = main(["doctor", str(values), "--kubeconfig", kubeconfig or made.cluster.kubeconfig, "-n", made.namespace, *args])
     out, err = capsys.readouterr()
-    assert api.writes() == []  # doctor never creates, updates, patches or deletes
     return rc, out, err
+
+
+def set_args(sets: tuple[str, ...]) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
 
 
 def lines_of(out: str) -> dict[str, str]:
@@ -58,80 +78,109 @@ def lines_of(out: str) -> dict[str, str]:
     return {line.split(":", 1)[0].split()[1]: line for line in out.splitlines()[1:] if line[:4] in ("pass", "fail", "warn")}
 
 
-def test_a_healthy_cluster_passes_every_check(api, tmp_path, capsys):
-    rc, out, err = doctor(api, tmp_path, capsys)
+def only_reads(sent: list[tuple[str, str]]) -> None:
+    """GET, and POST of SelfSubjectAccessReviews (a question the API server answers and does not store)."""
+    assert sent, "doctor sent nothing"
+    others = [(m, p) for m, p in sent if m != "GET" and (m, p) != ("POST", ACCESS_REVIEW)]
+    assert others == [], others
+
+
+@pytest.mark.parametrize("version", [NEWEST, OLDEST], ids=lambda v: f"kuberay-{v}")
+def test_a_healthy_cluster_passes_every_check_and_doctor_only_reads(bed, capsys, sent, version: str):
+    cluster = bed.cluster(version)
+    with made_for(cluster, rendered_for(TUTORIAL, unique("doctor"))) as made:
+        rc, out, err = doctor(made, capsys)
     assert rc == 0, out + err
     checks = lines_of(out)
-    assert list(checks) == [
-        "api", "permissions", "kuberay-crd", "rdma-installer", "gke-networks", "gpu-nodes",
-        "storage", "token-secret", "kueue-queue", "pod-security", "quotas",
-    ]  # fmt: skip
+    assert list(checks) == CHECKS
     assert all(line.startswith("pass") for line in checks.values()), out
-    assert f"api: {api.server} answers (Kubernetes v1.33.2-gke.1111000); context stand-in, namespace {NAMESPACE}" in out
-    assert "operator kuberay-system/kuberay-operator runs quay.io/kuberay/operator:v1.7.0" in checks["kuberay-crd"]
+    ns = made.namespace
+    assert f"api: {cluster.server} answers (Kubernetes {bed.kubernetes}); context admin, namespace {ns}" in out
+    # The test bed runs the operator as a process, as GKE's add-on runs it outside the cluster's workloads.
+    assert "rayclusters.ray.io serves ray.io/v1" in checks["kuberay-crd"]
+    assert "the operator is not among the cluster's Deployments" in checks["kuberay-crd"]
     assert "DaemonSet kube-system/nccl-rdma-installer is ready on all 2 GPU node(s)" in checks["rdma-installer"]
-    assert "Secret team/nemo-rl-tokens has HF_TOKEN, WANDB_API_KEY" in checks["token-secret"]
+    assert f"Secret {ns}/nemo-rl-tokens has HF_TOKEN, WANDB_API_KEY" in checks["token-secret"]
+    assert f"namespace {ns} (pod-security.kubernetes.io/enforce=privileged) admits every pod" in checks["pod-security"]
     assert "doctor: ready: 11 passed, 0 failed, 0 warning(s)" in err
-    # It asked what it may do (SelfSubjectAccessReview, a question: not a write) and read the rest.
-    reviews = [r for r in api.requests if r.method == "POST"]
-    assert reviews and all(r.path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" for r in reviews)
-    assert {r.method for r in api.requests} == {"GET", "POST"}
+    only_reads(sent)
+    assert ("POST", ACCESS_REVIEW) in sent
+
+
+def test_the_operators_image_is_named_where_a_deployment_runs_it(tutorial, capsys):
+    clusters.with_kuberay_installed_by_its_chart(tutorial, "quay.io/kuberay/operator:v1.6.2")
+    rc, out, _ = doctor(tutorial, capsys)
+    assert rc == 0, out
+    assert "; operator kuberay-system/kuberay-operator runs quay.io/kuberay/operator:v1.6.2" in lines_of(out)["kuberay-crd"]
 
 
 SCENARIOS = sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("values", SCENARIOS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_scenario_passes_on_a_cluster_made_for_it(tmp_path, capsys, values):
-    # Standard and Autopilot, RDMA and TCP, shared networks, an existing claim, Kueue, several groups.
-    rendered = render(configurations([values])[0], RELEASE, NAMESPACE)
+def test_every_scenario_passes_on_a_cluster_made_for_it(bed, capsys, values: Path):
+    # Standard and Autopilot, B200 and H200, RDMA and TCP, shared networks, an existing claim,
+    # Kueue, several groups of several provisioning types.
+    rendered = rendered_for(values, unique("scenario"))
     assert {(str(o["apiVersion"]).rpartition("/")[0], o["kind"]) for o in rendered.objects} <= set(RESOURCES)
-    with ApiStandIn(tmp_path / "api", namespace=NAMESPACE, user="alice@example.com", cluster_rules=CLUSTER_ADMIN, strict_crds=True) as a:
-        healthy(a, rendered)
-        rc = main(["doctor", str(values), "--kubeconfig", str(kubeconfig(a, tmp_path))])
-        out = capsys.readouterr().out
-        assert a.writes() == []
+    with made_for(bed.cluster(NEWEST), rendered) as made:
+        rc, out, _ = doctor(made, capsys, values=values)
     assert rc == 0, out
     assert [line for line in out.splitlines()[1:] if not line.startswith("pass")] == []
 
 
-def test_the_json_document_has_stable_keys(api, tmp_path, capsys):
-    rc, out, _ = doctor(api, tmp_path, capsys, "--format", "json")
+def test_a_release_doctor_passes_comes_up(bed, capsys):
+    """doctor's verdict against what the cluster then does: the scale-out example (Kueue, a
+    reservation group and a Spot group) installs, Kueue admits it, every worker becomes ready."""
+    values = ROOT / "examples" / "scale-out-h200.yaml"
+    with made_for(bed.cluster(NEWEST), rendered_for(values, unique("comes-up"))) as made:
+        rc, out, _ = doctor(made, capsys, values=values)
+        assert rc == 0, out
+        with installed_release(made, values):
+            ready = wait_ready(made.kube, "nemo-rl", made.namespace)
+    assert ready["status"]["readyWorkerReplicas"] == 8
+
+
+def test_the_json_document_has_stable_keys(tutorial, capsys):
+    rc, out, _ = doctor(tutorial, capsys, "--format", "json")
     doc = json.loads(out)
     assert rc == 0 and doc["ok"] is True
     assert list(doc) == ["ok", "server", "context", "namespace", "release", "values", "counts", "checks"]
     assert doc["counts"] == {"pass": 11, "fail": 0, "warn": 0}
+    assert [c["name"] for c in doc["checks"]] == CHECKS
     assert list(doc["checks"][0]) == ["name", "status", "message", "fix"]
-    assert (doc["server"], doc["namespace"], doc["release"], doc["values"]) == (api.server, NAMESPACE, RELEASE, str(TUTORIAL))
-
-
-Broken = Callable[[ApiStandIn, Rendered], None]
+    assert (doc["server"], doc["context"], doc["namespace"], doc["release"], doc["values"]) == (
+        tutorial.cluster.server,
+        "admin",
+        tutorial.namespace,
+        "nemo-rl",
+        str(TUTORIAL),
+    )
 
 
 @dataclass(frozen=True)
 class Case:
-    broken: Broken  # how the healthy cluster is broken
+    broken: Callable[[Made], None] | None  # how the healthy cluster is broken (None: only the values differ)
     check: str  # the check that fails
     message: str  # in its message
     fix: str  # in its fix
-    flags: tuple[str, ...] = ()  # doctor's extra flags
+    sets: tuple[str, ...] = ()  # --set of the values the cluster is made for, and doctor is given
+    kuberay: str = NEWEST  # the cluster
     name: str = ""
 
     def __str__(self) -> str:
-        return self.name or self.broken.__name__
-
-
-def _other_subnet(api: ApiStandIn, rendered: Rendered) -> None:
-    clusters.with_existing_networks(api, rendered, wrong_subnet="someone-elses-subnet")
+        return self.name or (self.broken.__name__ if self.broken else "?")
 
 
 BROKEN = [
-    Case(clusters.without_kuberay, "kuberay-crd", "KubeRay is not installed", "--update-addons=RayOperator=ENABLED"),
+    # The CRD cases change a cluster-wide object: on the oldest KubeRay's API server, restored after.
+    Case(clusters.without_kuberay, "kuberay-crd", "KubeRay is not installed", "--update-addons=RayOperator=ENABLED", kuberay=OLDEST),
     Case(
         clusters.with_an_older_raycluster_crd,
         "kuberay-crd",
         "spec.headGroupSpec: Additional properties are not allowed ('headService' was unexpected)",
         "upgrade KubeRay",
+        kuberay=OLDEST,
     ),
     Case(
         clusters.without_the_rdma_installer,
@@ -139,43 +188,74 @@ BROKEN = [
         "DaemonSet kube-system/nccl-rdma-installer not found",
         "kubectl apply -f https://",
     ),
-    Case(clusters.with_the_rdma_installer_not_ready, "rdma-installer", "not ready on 1 of 2 GPU node(s)", "describe daemonset"),
+    Case(
+        clusters.with_the_rdma_installer_kept_off_a_gpu_node,
+        "rdma-installer",
+        "not ready on 1 of 2 GPU node(s): gke-nemo-rl-gpu-h200-0 (no installer pod)",
+        "describe daemonset",
+    ),
     Case(
         clusters.with_networks_of_another_release,
         "gke-networks",
-        "GKENetworkParamSet rdma-3 (release research/other)",
+        "GKENetworkParamSet gvnic-1 (release research/other), Network gvnic-1 (release research/other)",
         "--existing-networks",
     ),
     Case(
-        _other_subnet,
+        clusters.with_existing_networks_on_another_subnet,
         "gke-networks",
         "rdma-1: vpcSubnet 'someone-elses-subnet' (values: 'nemo-rl-rdma-sub-1')",
         "network.createObjects true",
         EXISTING_NETWORKS,
-        "with_existing_networks_on_other_subnets",
     ),
-    Case(clusters.with_small_gpu_nodes, "gpu-nodes", "memory 1000Gi < 2500Gi", "worker.resources.requests"),
+    Case(
+        clusters.with_an_existing_network_missing,
+        "gke-networks",
+        "the existing objects differ from the values: rdma-3: GKENetworkParamSet missing",
+        "network.createObjects true",
+        EXISTING_NETWORKS,
+    ),
+    Case(None, "gpu-nodes", "memory ", "worker.resources.requests", TOO_BIG, name="with_workers_larger_than_the_gpu_nodes"),
     Case(clusters.without_the_lustre_driver, "storage", "no CSIDriver lustre.csi.storage.gke.io", "LustreCsiDriver=ENABLED"),
-    Case(clusters.without_the_token_secret, "token-secret", "Secret team/nemo-rl-tokens not found", "kubectl create secret generic"),
-    Case(clusters.with_a_token_key_missing, "token-secret", "Secret team/nemo-rl-tokens lacks WANDB_API_KEY", "create it again"),
-    Case(clusters.without_the_local_queue, "kueue-queue", "LocalQueue team/gpu-queue not found", "create a LocalQueue gpu-queue", KUEUE),
+    Case(clusters.without_the_token_secret, "token-secret", "/nemo-rl-tokens not found", "kubectl create secret generic nemo-rl-tokens"),
+    Case(clusters.with_a_token_key_missing, "token-secret", "/nemo-rl-tokens lacks WANDB_API_KEY", "create it again"),
+    Case(clusters.without_the_local_queue, "kueue-queue", "/gpu-queue not found", "create a LocalQueue gpu-queue", KUEUE),
+    # Kueue marks the LocalQueue inactive for each of these: the ClusterQueue's own state is named.
+    Case(clusters.without_the_cluster_queue, "kueue-queue", "ClusterQueue nemo-rl (LocalQueue ", "generator infra --kueue", KUEUE),
+    Case(
+        clusters.with_a_cluster_queue_over_a_missing_flavor,
+        "kueue-queue",
+        "is not active: FlavorNotFound: Can't admit new workloads: references missing ResourceFlavor(s): no-such-flavor",
+        "kubectl describe clusterqueue nemo-rl",
+        KUEUE,
+    ),
+    Case(
+        clusters.with_a_cluster_queue_too_small,
+        "kueue-queue",
+        "ClusterQueue nemo-rl has 8 nominal nvidia.com/gpu, the release needs 16: Kueue never admits the RayCluster",
+        "nominalQuota",
+        KUEUE,
+    ),
     Case(
         clusters.with_baseline_pod_security,
         "pod-security",
         "refuses GPU workers (RayCluster/nemo-rl workerGroupSpecs[0]): hostPath volumes nvidia-driver, gib",
         "pod-security.kubernetes.io/enforce=privileged",
     ),
-    Case(clusters.with_a_gpu_quota_too_small, "quotas", "requests.nvidia.com/gpu 8 left of 8, the release needs 16", "raise the quota"),
+    Case(
+        clusters.with_a_gpu_quota_too_small,
+        "quotas",
+        "gpu-quota: requests.nvidia.com/gpu 8 left of 8, the release needs 16",
+        "raise the quota",
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", BROKEN, ids=str)
-def test_each_broken_state_is_reported_with_its_fix(api, tmp_path, capsys, case):
-    rendered = rendered_for(*case.flags)
-    if rendered.values["kueue"]["enabled"]:
-        clusters.add_kueue(api, rendered)
-    case.broken(api, rendered)
-    rc, out, err = doctor(api, tmp_path, capsys, *case.flags)
+def test_each_broken_state_is_reported_with_its_fix(bed, capsys, sent, case: Case):
+    with made_for(bed.cluster(case.kuberay), rendered_for(TUTORIAL, unique("broken"), *case.sets)) as made:
+        if case.broken is not None:
+            case.broken(made)
+        rc, out, err = doctor(made, capsys, *set_args(case.sets))
     assert rc == 1, out + err
     line = lines_of(out)[case.check]
     assert line.startswith("fail"), line
@@ -183,96 +263,112 @@ def test_each_broken_state_is_reported_with_its_fix(api, tmp_path, capsys, case)
     others = [x for name, x in lines_of(out).items() if name != case.check and not x.startswith("pass")]
     assert others == [], others  # only what was broken
     assert "doctor: not ready: " in err
+    only_reads(sent)
 
 
-def test_no_gpu_node_on_standard_is_a_warning_that_names_what_was_not_seen(api, tmp_path, capsys, tutorial):
-    clusters.without_gpu_nodes(api, tutorial)
-    rc, out, _ = doctor(api, tmp_path, capsys)
-    line = lines_of(out)["gpu-nodes"]
-    assert rc == 0 and line.startswith("warn")
+def test_no_node_with_the_gpu_label_on_standard_is_a_warning_that_names_what_was_not_seen(bed, capsys):
+    # The test bed's GPU pool is H200; the B200 tutorial's label is on no node.
+    with made_for(bed.cluster(NEWEST), rendered_for(TUTORIAL_B200, unique("no-gpu")), gpu_nodes=False) as made:
+        rc, out, _ = doctor(made, capsys, values=TUTORIAL_B200)
+        strict = main(["doctor", str(TUTORIAL_B200), "--kubeconfig", made.cluster.kubeconfig, "-n", made.namespace, "--strict"])
+    checks = lines_of(out)
+    line = checks["gpu-nodes"]
+    assert rc == 0 and line.startswith("warn"), out
+    assert "no node has cloud.google.com/gke-accelerator=nvidia-b200 now" in line
     assert "the Kubernetes API does not show node pools" in line and "gcloud container node-pools list" in line
-    assert lines_of(out)["rdma-installer"].startswith("pass") and "no GPU node is up yet" in lines_of(out)["rdma-installer"]
-    assert main(["doctor", str(TUTORIAL), "--kubeconfig", str(kubeconfig(api, tmp_path)), "--strict"]) == 1
+    assert checks["rdma-installer"].startswith("pass") and "no GPU node is up yet" in checks["rdma-installer"]
+    assert strict == 1
 
 
-def test_existing_networks_that_match_the_values_pass(api, tmp_path, capsys):
-    clusters.with_existing_networks(api, rendered_for(*EXISTING_NETWORKS))
-    rc, out, _ = doctor(api, tmp_path, capsys, *EXISTING_NETWORKS)
+def test_existing_networks_that_match_the_values_pass(bed, capsys):
+    with made_for(bed.cluster(NEWEST), rendered_for(TUTORIAL, unique("networks"), *EXISTING_NETWORKS)) as made:
+        rc, out, _ = doctor(made, capsys, *set_args(EXISTING_NETWORKS))
     assert rc == 0, out
     assert "all 9 existing Network/GKENetworkParamSet pairs name the values' VPCs and subnets" in lines_of(out)["gke-networks"]
 
 
-def test_a_user_without_cluster_wide_rights_is_told_what_helm_install_needs(api, tmp_path, capsys):
-    api.cluster_rules = READ_EVERYTHING  # may read everything, and write only in the namespace
-    api.rules = CLUSTER_ADMIN
-    rc, out, _ = doctor(api, tmp_path, capsys)
-    line = lines_of(out)["permissions"]
-    assert rc == 1 and line.startswith("fail")
+READ_EVERYTHING = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]
+EVERYTHING = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+
+
+def test_a_user_without_cluster_wide_rights_is_told_what_helm_install_needs(bed, tutorial, capsys, tmp_path):
+    # May read everything, and do anything in the namespace only.
+    config = clusters.user_kubeconfig(tutorial, bed, tmp_path, rules=EVERYTHING, cluster_rules=READ_EVERYTHING)
+    rc, out, _ = doctor(tutorial, capsys, kubeconfig=str(config))
+    checks = lines_of(out)
+    line = checks["permissions"]
+    assert rc == 1 and line.startswith("fail"), out
     assert "create persistentvolumes (cluster-scoped)" in line and "create gkenetworkparamsets.networking.gke.io (cluster-scoped)" in line
     assert "create rayclusters" not in line
+    assert [name for name, x in checks.items() if not x.startswith("pass")] == ["permissions"]
 
 
-def test_what_the_user_may_not_read_is_named_not_checked(api, tmp_path, capsys):
+def test_what_the_user_may_not_read_is_named_not_checked(bed, tutorial, capsys, tmp_path):
     groups = ["", "apps", "apiextensions.k8s.io", "storage.k8s.io", "networking.gke.io"]
     resources = ["namespaces", "pods", "secrets", "resourcequotas", "persistentvolumes", "daemonsets", "deployments"]
     resources += ["customresourcedefinitions", "csidrivers", "networks", "gkenetworkparamsets"]
     everything_but_nodes = [{"apiGroups": groups, "resources": resources, "verbs": ["get", "list"]}]
-    api.cluster_rules = everything_but_nodes
-    rc, out, _ = doctor(api, tmp_path, capsys)
+    config = clusters.user_kubeconfig(tutorial, bed, tmp_path, rules=[], cluster_rules=everything_but_nodes)
+    user = f"system:serviceaccount:{tutorial.namespace}:{config.stem}"
+    rc, out, _ = doctor(tutorial, capsys, kubeconfig=str(config))
     checks = lines_of(out)
     assert checks["gpu-nodes"].startswith("warn")
-    assert (
-        'not checked: nodes is forbidden: User "alice@example.com" cannot list resource "nodes" in API group "" at the cluster scope'
-        in checks["gpu-nodes"]
-    )
+    forbidden = f'nodes is forbidden: User "{user}" cannot list resource "nodes" in API group "" at the cluster scope'
+    assert f"not checked: {forbidden}" in checks["gpu-nodes"]
     assert "readiness on the GPU nodes not checked (you may not list nodes)" in checks["rdma-installer"]
     assert checks["permissions"].startswith("fail")  # and it says what helm install needs
     assert rc == 1
 
 
-def doctor_process(config: Path) -> subprocess.CompletedProcess[str]:
+def doctor_process(config: Path, namespace: str = "default") -> subprocess.CompletedProcess[str]:
     """doctor as a whole process, as a user runs it."""
-    args = [sys.executable, "-m", "generator", "doctor", str(TUTORIAL), "--kubeconfig", str(config)]
-    return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=False)
+    args = [sys.executable, "-m", "generator", "doctor", str(TUTORIAL), "--kubeconfig", str(config), "-n", namespace]
+    return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=False, timeout=120)
 
 
-def test_an_unreachable_api_server_is_one_line_naming_it(api, tmp_path):
-    proc = doctor_process(kubeconfig(api, tmp_path, server="https://127.0.0.1:9"))  # nothing listens on port 9
+def test_an_unreachable_api_server_is_one_line_naming_it(bed, tmp_path):
+    gone = Context("gone", "https://127.0.0.1:9", Path(bed.ca), token="t")  # noqa: S106 - nothing listens on port 9
+    config = write_kubeconfig(tmp_path / "kubeconfig", [gone])
+    proc = doctor_process(config)
     assert proc.returncode == 2
-    assert proc.stderr == "error: cannot reach the Kubernetes API server at https://127.0.0.1:9 (context stand-in): connection refused\n"
+    assert proc.stderr == "error: cannot reach the Kubernetes API server at https://127.0.0.1:9 (context gone): connection refused\n"
     assert proc.stdout == ""
 
 
-def test_refused_credentials_are_one_line_naming_the_server(api, tmp_path):
-    proc = doctor_process(kubeconfig(api, tmp_path, token="expired-token"))  # noqa: S106 - not a credential anywhere
+def test_refused_credentials_are_one_line_naming_the_server(bed, tmp_path):
+    server = bed.cluster(NEWEST).server
+    expired = Context("expired", server, Path(bed.ca), token="expired-token")  # noqa: S106 - a credential nowhere
+    config = write_kubeconfig(tmp_path / "kubeconfig", [expired])
+    proc = doctor_process(config)
     assert proc.returncode == 2
-    assert proc.stderr.startswith(
-        f"error: the Kubernetes API server at {api.server} refused the credentials of context stand-in (401 Unauthorized)"
-    )
+    refused = f"error: the Kubernetes API server at {server} refused the credentials of context expired (401 Unauthorized)"
+    assert proc.stderr.startswith(refused)
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
-def test_a_missing_kubeconfig_and_a_bad_values_file_are_usage_errors(api, tmp_path, capsys):
+def test_a_missing_kubeconfig_and_a_bad_values_file_are_usage_errors(bed, tmp_path, capsys):
     assert main(["doctor", str(TUTORIAL), "--kubeconfig", str(tmp_path / "none")]) == 2
     assert "error: cannot load " in capsys.readouterr().err
-    assert main(["doctor", str(tmp_path / "missing.yaml"), "--kubeconfig", str(kubeconfig(api, tmp_path))]) == 2
+    assert main(["doctor", str(tmp_path / "missing.yaml"), "--kubeconfig", bed.cluster(NEWEST).kubeconfig]) == 2
     assert "missing.yaml" in capsys.readouterr().err
 
 
-def test_layered_values_merge_as_validate_merges_them(api, tmp_path, capsys):
-    # -f and --set: the same configuration validate checks (Helm merges it); here Kueue comes on.
+def test_layered_values_merge_as_validate_merges_them(tutorial, capsys, tmp_path):
+    # -f and --set: the same configuration validate checks (Helm merges it); here Kueue comes on,
+    # and the test bed's Kueue has no queue named so in the namespace.
     more = tmp_path / "kueue.yaml"
     more.write_text("kueue:\n  enabled: true\n")
-    rc, out, _ = doctor(api, tmp_path, capsys, "-f", str(more), "--set", "kueue.queueName=gpu-queue")
+    rc, out, _ = doctor(tutorial, capsys, "-f", str(more), "--set", "kueue.queueName=gpu-queue")
     assert rc == 1
-    assert "LocalQueue" not in lines_of(out)["kueue-queue"] and "Kueue is not installed" in lines_of(out)["kueue-queue"]
+    assert f"LocalQueue {tutorial.namespace}/gpu-queue not found" in lines_of(out)["kueue-queue"]
     assert f"doctor: {TUTORIAL} -f {more} --set kueue.queueName=... as release nemo-rl" in out
 
 
-def test_pod_security_levels_judge_each_rendered_pod_by_the_standards_controls(tutorial):
+def test_pod_security_levels_judge_each_rendered_pod_by_the_standards_controls():
     from generator.cluster.checks.pod_security import refused
 
-    pods = {pod.where: pod.spec for pod in tutorial.pods()}
+    rendered = rendered_for(TUTORIAL, "team")
+    pods = {pod.where: pod.spec for pod in rendered.pods()}
     worker = pods["RayCluster/nemo-rl workerGroupSpecs[0]"]
     launcher = next(spec for where, spec in pods.items() if where.startswith("Job/nemo-rl-run-"))
     assert refused("privileged", worker) == []

@@ -1,11 +1,7 @@
-"""The stand-in's authorization: RBAC PolicyRules as the API server's RBAC authorizer reads them, the
-Forbidden answers it gives, and SelfSubjectAccessReview decided by the same rules.
-
-A Role's rules hold in its namespace only; a ClusterRole's (bound by a ClusterRoleBinding) hold in
-every namespace and for cluster-scoped resources
+"""The stand-in's authorization: a Role's PolicyRules as the API server's RBAC authorizer reads
+them in the Role's namespace, and the Forbidden answer it gives
 (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#role-and-clusterrole).
-Subresources are named "resource/subresource" in rules (e.g. services/proxy, pods/log).
-"""
+Subresources are named "resource/subresource" in rules (e.g. services/proxy)."""
 
 from __future__ import annotations
 
@@ -18,12 +14,12 @@ VERBS = {"PATCH": "patch", "PUT": "update", "DELETE": "delete", "POST": "create"
 
 @dataclass(frozen=True)
 class Attributes:
-    """What a request (or an access review) asks: verb, group, resource[/subresource], namespace, name."""
+    """What a request asks: verb, group, resource[/subresource], namespace, name."""
 
     verb: str
     group: str
     resource: str  # with "/subresource" when one is asked
-    namespace: str  # "" at the cluster scope (or all namespaces)
+    namespace: str
     name: str = ""
 
 
@@ -39,12 +35,6 @@ def rule_allows(rule: dict[str, Any], attrs: Attributes) -> bool:
     return has("apiGroups", attrs.group) and has("resources", attrs.resource) and has("verbs", attrs.verb) and named
 
 
-def allowed(attrs: Attributes, rules: list[dict[str, Any]], namespace: str, cluster_rules: list[dict[str, Any]]) -> bool:
-    if any(rule_allows(r, attrs) for r in cluster_rules):
-        return True
-    return attrs.namespace == namespace and any(rule_allows(r, attrs) for r in rules)
-
-
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
 
@@ -55,34 +45,11 @@ def qualified(group: str, resource: str) -> str:
 
 
 def forbidden(attrs: Attributes, user: str) -> dict[str, Any]:
-    """The API server's 403, e.g. 'nodes is forbidden: User "u" cannot list resource "nodes" in API
-    group "" at the cluster scope'."""
+    """The API server's 403, e.g. 'rayclusters.ray.io "rl" is forbidden: User "u" cannot get
+    resource "rayclusters" in API group "ray.io" in the namespace "team"'."""
     what = qualified(attrs.group, attrs.resource) + (f' "{attrs.name}"' if attrs.name else "")
-    where = f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"
+    where = f'in the namespace "{attrs.namespace}"'
     message = f'{what} is forbidden: User "{user}" cannot {attrs.verb} resource "{attrs.resource}" in API group "{attrs.group}" {where}'
     out = status(403, "Forbidden", message)
     out["details"] = {"name": attrs.name, "group": attrs.group, "kind": attrs.resource.split("/", maxsplit=1)[0]}
     return out
-
-
-def access_review(body: Any, decide: Any) -> tuple[int, dict[str, Any]]:
-    """POST selfsubjectaccessreviews: the review with its status (nothing is stored)."""
-    spec = (body or {}).get("spec") or {}
-    ra = spec.get("resourceAttributes")
-    if not isinstance(ra, dict):
-        message = (
-            "SelfSubjectAccessReview.authorization.k8s.io is invalid: spec: Invalid value: "
-            "exactly one of nonResourceAttributes or resourceAttributes must be specified"
-        )
-        return 422, status(422, "Invalid", message)
-    resource = ra.get("resource", "") + (f"/{ra['subresource']}" if ra.get("subresource") else "")
-    attrs = Attributes(ra.get("verb", ""), ra.get("group", ""), resource, ra.get("namespace", ""), ra.get("name", ""))
-    ok = decide(attrs)
-    review = {
-        "kind": "SelfSubjectAccessReview",
-        "apiVersion": "authorization.k8s.io/v1",
-        "metadata": {"creationTimestamp": None},
-        "spec": spec,
-        "status": {"allowed": ok, **({"reason": "RBAC: allowed by the stand-in's rules"} if ok else {})},
-    }
-    return 201, review

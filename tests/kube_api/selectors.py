@@ -1,13 +1,16 @@
 """Label and field selectors of LIST requests, as the API server reads them
 (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors,
-.../field-selectors/): requirements joined by ',', all of which must hold."""
+.../field-selectors/): requirements joined by ',', all of which must hold. The stand-in reads the
+forms its clients send, `key=value` and `key in (a,b)`, and refuses any other with a ValueError
+(answered 400), never ignoring one."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-_SET = re.compile(r"^([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)$")
+_SET = re.compile(r"^([^\s!=]+)\s+in\s+\(([^)]*)\)$")
+_EQUALS = re.compile(r"^([^\s!=]+)\s*==?\s*([^\s!=]*)$")
 
 
 def _requirements(text: str) -> list[str]:
@@ -28,17 +31,10 @@ def _requirements(text: str) -> list[str]:
 
 def _holds(req: str, labels: dict[str, str]) -> bool:
     if m := _SET.match(req):
-        key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-        return (labels.get(key) in values) if op == "in" else (labels.get(key) not in values)
-    if "!=" in req:
-        key, value = (s.strip() for s in req.split("!=", 1))
-        return labels.get(key) != value
-    if "=" in req:
-        key, value = (s.strip() for s in req.replace("==", "=").split("=", 1))
-        return labels.get(key) == value
-    if req.startswith("!"):
-        return req[1:].strip() not in labels
-    return req in labels
+        return labels.get(m.group(1)) in {v.strip() for v in m.group(2).split(",")}
+    if m := _EQUALS.match(req):
+        return labels.get(m.group(1)) == m.group(2)
+    raise ValueError(f"the stand-in does not read the label selector requirement {req!r}")
 
 
 def labels_match(selector: str, obj: dict[str, Any]) -> bool:
@@ -55,12 +51,9 @@ def _field(obj: dict[str, Any], path: str) -> str:
 
 def fields_match(selector: str, obj: dict[str, Any]) -> bool:
     for req in _requirements(selector):
-        if "!=" in req:
-            key, value = req.split("!=", 1)
-            if _field(obj, key.strip()) == value.strip():
-                return False
-        else:
-            key, value = req.replace("==", "=").split("=", 1)
-            if _field(obj, key.strip()) != value.strip():
-                return False
+        m = _EQUALS.match(req)
+        if m is None:
+            raise ValueError(f"the stand-in does not read the field selector requirement {req!r}")
+        if _field(obj, m.group(1)) != m.group(2):
+            return False
     return True

@@ -1,20 +1,21 @@
-"""A stand-in for the Kubernetes API server, for what cannot run here: HTTPS on 127.0.0.1 with a
-self-signed CA, bearer-token authentication, RBAC decided by Role and ClusterRole rules (rbac.py),
-and GET (one object or a LIST with label and field selectors, namespaced, across namespaces or
-cluster-scoped), merge-patch and JSON-patch on the objects it holds, SelfSubjectAccessReview, and
-the service proxy (`/api/v1/namespaces/N/services/[http:]NAME[:PORT]/proxy/PATH`, forwarded to a
-real local server such as a Ray head's dashboard, or answered by a function). It records every
-request, so a test can check what was asked of it, and answers as the real API server does: a
-`Status` object with 401, 403, 404, 405, 415, 422 or 503.
+"""A stand-in for the Kubernetes API server, for what the test bed's real one cannot serve: a
+Kubernetes API that a live local Ray cluster sits behind. The test bed's pods run no Ray and its
+Services have no endpoints (pod addresses are loopback), so the real service proxy answers 503;
+and the launcher's GPU release is followed on a local Ray cluster whose nodes a small reconciler
+adds and removes as KubeRay would.
+
+What it serves: HTTPS on 127.0.0.1 with a self-signed CA, bearer-token authentication, a Role's
+rules in one namespace (rbac.py), GET of the namespaced objects it holds (one, or a LIST with
+label and field selectors), merge-patch and JSON-patch, and the service proxy
+(`/api/v1/namespaces/N/services/[http:]NAME[:PORT]/proxy/PATH`, forwarded to a real local server
+such as a Ray head's dashboard). It records every request, so a test can check what was asked of
+it, and answers as the real API server does: a `Status` object with 400, 401, 403, 404, 405, 415,
+422 or 503.
 
 A pod reaches it the way a pod reaches the real one: KUBERNETES_SERVICE_HOST/PORT in the
 environment and a service-account folder holding `token`, `ca.crt` and `namespace`
 (`pod_environment`). A user's tools reach it through a kubeconfig file (`kubeconfig`), as the
 official `kubernetes` client loads it.
-
-Custom resources: with `strict_crds`, a group outside Kubernetes' own is served only when the
-stand-in holds its CustomResourceDefinition serving that version, as on a real cluster (without,
-the API server answers 404 for the whole resource).
 """
 
 from __future__ import annotations
@@ -42,45 +43,24 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.kube_api.rbac import VERBS, Attributes, access_review, allowed, forbidden, qualified, rule_allows, status
+from tests.kube_api.rbac import VERBS, Attributes, forbidden, qualified, rule_allows, status
 from tests.kube_api.selectors import fields_match, labels_match
 
-__all__ = ["KINDS", "TOKEN", "ApiStandIn", "Raw", "Request", "Target", "merge_patch", "rule_allows", "status"]
+__all__ = ["KINDS", "TOKEN", "ApiStandIn", "Raw", "Request", "Target", "merge_patch", "status"]
 
 TOKEN = "stand-in-service-account-token"  # noqa: S105 - a test credential, valid only here
 
-# The kinds the stand-in knows, by resource (plural) -> (group, kind, namespaced).
-KINDS: dict[str, tuple[str, str, bool]] = {
-    "rayclusters": ("ray.io", "RayCluster", True),
-    "rayjobs": ("ray.io", "RayJob", True),
-    "pods": ("", "Pod", True),
-    "secrets": ("", "Secret", True),
-    "configmaps": ("", "ConfigMap", True),
-    "services": ("", "Service", True),
-    "persistentvolumeclaims": ("", "PersistentVolumeClaim", True),
-    "resourcequotas": ("", "ResourceQuota", True),
-    "events": ("", "Event", True),
-    "nodes": ("", "Node", False),
-    "namespaces": ("", "Namespace", False),
-    "persistentvolumes": ("", "PersistentVolume", False),
-    "jobs": ("batch", "Job", True),
-    "daemonsets": ("apps", "DaemonSet", True),
-    "deployments": ("apps", "Deployment", True),
-    "customresourcedefinitions": ("apiextensions.k8s.io", "CustomResourceDefinition", False),
-    "csidrivers": ("storage.k8s.io", "CSIDriver", False),
-    "networks": ("networking.gke.io", "Network", False),
-    "gkenetworkparamsets": ("networking.gke.io", "GKENetworkParamSet", False),
-    "workloads": ("kueue.x-k8s.io", "Workload", True),
-    "localqueues": ("kueue.x-k8s.io", "LocalQueue", True),
-    "clusterqueues": ("kueue.x-k8s.io", "ClusterQueue", False),
-    "externalsecrets": ("external-secrets.io", "ExternalSecret", True),
-    "secretstores": ("external-secrets.io", "SecretStore", True),
-    "clustersecretstores": ("external-secrets.io", "ClusterSecretStore", False),
+# The kinds the stand-in knows, all namespaced, by resource (plural) -> (group, kind): what status
+# reads of a release and what the launcher patches.
+KINDS: dict[str, tuple[str, str]] = {
+    "rayclusters": ("ray.io", "RayCluster"),
+    "pods": ("", "Pod"),
+    "configmaps": ("", "ConfigMap"),
+    "services": ("", "Service"),
+    "events": ("", "Event"),
+    "jobs": ("batch", "Job"),
 }
-# Groups every API server serves (no CustomResourceDefinition behind them).
-BUILT_IN_GROUPS = {"", "apps", "batch", "storage.k8s.io", "apiextensions.k8s.io", "authorization.k8s.io", "rbac.authorization.k8s.io"}
-ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-Proxy = Callable[[str, dict[str, list[str]]], tuple[int, bytes, str]]
+BUILT_IN_GROUPS = {"", "batch"}  # the API server leaves kind and apiVersion out of these LIST items
 
 
 @dataclass(frozen=True)
@@ -142,19 +122,15 @@ class Target:
 class ApiStandIn:
     """Start with `with ApiStandIn(folder, rules=...) as api:`; objects by `api.put(obj)`.
 
-    `rules`: a Role's rules in `namespace`; `cluster_rules`: a ClusterRole's, everywhere. The
-    identity is the service account's, or `user` when given (a person's kubeconfig)."""
+    `rules`: a Role's rules in `namespace`, bound to the service account (the identity of every
+    request bearing its token, a pod's or a kubeconfig's)."""
 
     folder: Path
     rules: list[dict[str, Any]] = field(default_factory=list)
     namespace: str = "default"
     service_account: str = "launcher"
     on_patch: Callable[[dict[str, Any], dict[str, Any]], None] | None = None  # (before, after)
-    cluster_rules: list[dict[str, Any]] = field(default_factory=list)
-    user: str = ""
-    strict_crds: bool = False
-    version: dict[str, str] = field(default_factory=lambda: {"major": "1", "minor": "33", "gitVersion": "v1.33.2-gke.1111000"})
-    proxies: dict[tuple[str, str], str | Proxy] = field(default_factory=dict)  # (namespace, service[:port]) -> URL or function
+    proxies: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, service[:port]) -> URL
     requests: list[Request] = field(default_factory=list)
     objects: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
     _server: ThreadingHTTPServer | None = None
@@ -165,26 +141,17 @@ class ApiStandIn:
 
     def put(self, obj: dict[str, Any]) -> None:
         group = obj["apiVersion"].rpartition("/")[0]
-        resource = next(r for r, (g, k, _) in KINDS.items() if g == group and k == obj["kind"])
+        resource = next(r for r, (g, k) in KINDS.items() if g == group and k == obj["kind"])
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
-        if KINDS[resource][2]:
-            meta.setdefault("namespace", self.namespace)
-        else:
-            meta.pop("namespace", None)
+        meta.setdefault("namespace", self.namespace)
         meta.setdefault("generation", 1)
         meta.setdefault("uid", f"uid-{resource}-{meta['name']}")
         meta["resourceVersion"] = self._next_version()
-        self.objects[(group, meta.get("namespace", ""), resource, meta["name"])] = obj
+        self.objects[(group, meta["namespace"], resource, meta["name"])] = obj
 
     def _key(self, resource: str, name: str, namespace: str | None) -> tuple[str, str, str, str]:
-        group, _, namespaced = KINDS[resource]
-        return (group, (namespace or self.namespace) if namespaced else "", resource, name)
-
-    def remove(self, resource: str, name: str, namespace: str | None = None) -> None:
-        """What a broken cluster lacks: the object is gone (not a request: not recorded)."""
-        with self._lock:
-            self.objects.pop(self._key(resource, name, namespace), None)
+        return (KINDS[resource][0], namespace or self.namespace, resource, name)
 
     def set_status(self, resource: str, name: str, status: dict[str, Any], namespace: str | None = None) -> None:
         """What a controller reports (the status subresource): replaces the object's status."""
@@ -197,10 +164,8 @@ class ApiStandIn:
         return copy.deepcopy(self.objects[self._key(resource, name, namespace)])
 
     def writes(self) -> list[Request]:
-        """Every request that could change the cluster. A SelfSubjectAccessReview is a POST (a
-        create) but a question: the API server answers it from the caller's permissions and stores
-        nothing, so it is not a write."""
-        return [r for r in self.requests if r.method not in ("GET", "HEAD") and not (r.method == "POST" and r.path == ACCESS_REVIEW)]
+        """Every request that could change the cluster."""
+        return [r for r in self.requests if r.method not in ("GET", "HEAD")]
 
     def _next_version(self) -> str:
         self._version += 1
@@ -223,32 +188,24 @@ class ApiStandIn:
 
     @property
     def identity(self) -> str:
-        return self.user or f"system:serviceaccount:{self.namespace}:{self.service_account}"
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
     def pod_environment(self) -> dict[str, str]:
         return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.port)}
 
-    def kubeconfig(
-        self, path: Path, *, context: str = "stand-in", namespace: str | None = None, token: str = TOKEN, server: str | None = None
-    ) -> Path:
+    def kubeconfig(self, path: Path) -> Path:
         """A kubeconfig file as `gcloud container clusters get-credentials` writes one (server, CA
-        data, user), with a bearer token instead of the gcloud auth plugin."""
-        ca = (self.service_account_dir / "ca.crt").read_bytes()
-        ctx: dict[str, Any] = {"cluster": "stand-in-cluster", "user": "stand-in-user"}
-        if namespace:
-            ctx["namespace"] = namespace
+        data, user), with the service account's token instead of the gcloud auth plugin, and the
+        stand-in's namespace as its context's."""
+        ca = base64.b64encode((self.service_account_dir / "ca.crt").read_bytes()).decode()
+        context = {"cluster": "stand-in-cluster", "user": "stand-in-user", "namespace": self.namespace}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {
-                    "name": "stand-in-cluster",
-                    "cluster": {"server": server or self.server, "certificate-authority-data": base64.b64encode(ca).decode()},
-                }
-            ],
-            "users": [{"name": "stand-in-user", "user": {"token": token}}],
-            "contexts": [{"name": context, "context": ctx}],
-            "current-context": context,
+            "clusters": [{"name": "stand-in-cluster", "cluster": {"server": self.server, "certificate-authority-data": ca}}],
+            "users": [{"name": "stand-in-user", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "stand-in", "context": context}],
+            "current-context": "stand-in",
         }
         path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         return path
@@ -283,25 +240,13 @@ class ApiStandIn:
             self.requests.append(request)
             if not request.authorized:
                 return 401, status(401, "Unauthorized", "Unauthorized")
-            if request.path.rstrip("/") == "/version":
-                return 200, dict(self.version)
-            if request.method == "POST" and request.path == ACCESS_REVIEW:
-                return access_review(request.body, self._allowed)
             target = Target.parse(request.path)
-            if target is None or not self._served(target):
+            if target is None or target.resource not in KINDS or KINDS[target.resource][0] != target.group:
                 return 404, status(404, "NotFound", "the server could not find the requested resource")
             return self._resource(request, target)
 
     def _allowed(self, attrs: Attributes) -> bool:
-        return allowed(attrs, self.rules, self.namespace, self.cluster_rules)
-
-    def _served(self, target: Target) -> bool:
-        if target.resource not in KINDS or KINDS[target.resource][0] != target.group:
-            return False
-        if not self.strict_crds or target.group in BUILT_IN_GROUPS:
-            return True
-        crd = self.objects.get(("apiextensions.k8s.io", "", "customresourcedefinitions", f"{target.resource}.{target.group}"))
-        return crd is not None and any(v.get("name") == target.version and v.get("served", True) for v in crd["spec"]["versions"])
+        return attrs.namespace == self.namespace and any(rule_allows(r, attrs) for r in self.rules)
 
     def _resource(self, request: Request, target: Target) -> tuple[int, dict[str, Any] | Raw]:
         verb = VERBS.get(request.method, "") if request.method != "GET" else ("get" if target.name else "list")
@@ -309,7 +254,10 @@ class ApiStandIn:
         if not self._allowed(attrs):
             return 403, forbidden(attrs, self.identity)
         if verb == "list":
-            return 200, self._list(target, request.query)
+            try:
+                return 200, self._list(target, request.query)
+            except ValueError as e:
+                return 400, status(400, "BadRequest", str(e))
         proxied = target.subresource == "proxy" and target.resource == "services"
         service, port = _service_port(target.name) if proxied else (target.name, "")
         key = (target.group, target.namespace, target.resource, service)
@@ -328,7 +276,7 @@ class ApiStandIn:
     def _list(self, target: Target, query: dict[str, list[str]]) -> dict[str, Any]:
         labels = (query.get("labelSelector") or [""])[0]
         fields = (query.get("fieldSelector") or [""])[0]
-        group, kind, _ = KINDS[target.resource]
+        group, kind = KINDS[target.resource]
         items = []
         for (g, ns, res, _name), obj in sorted(self.objects.items()):
             if g != target.group or res != target.resource or (target.namespace and ns != target.namespace):
@@ -346,11 +294,8 @@ class ApiStandIn:
     def _proxy(self, target: Target, service: str, port: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any] | Raw]:
         """GET through the service proxy to the server registered for (namespace, service[:port])."""
         upstream = self.proxies.get((target.namespace, f"{service}:{port}" if port else service))
-        if upstream is None:
-            return 503, status(503, "ServiceUnavailable", f'no endpoints available for service "{target.name}"')
-        if callable(upstream):
-            code, data, content_type = upstream(target.rest, query)
-            return code, Raw(data, content_type)
+        if upstream is None:  # the real API server's words (it names the Service, not the proxy's target)
+            return 503, status(503, "ServiceUnavailable", f'no endpoints available for service "{service}"')
         url = f"{upstream.rstrip('/')}/{target.rest}"
         if query:
             url += "?" + "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)

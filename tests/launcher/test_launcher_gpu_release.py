@@ -5,7 +5,10 @@ submits nothing, whatever the Ray head remembers; a new run brings the workers b
 
 KubeRay is played by a small reconciler: when the RayCluster is suspended (or, under Kueue, its
 groups scaled to 0) it removes the GPU worker nodes from the local Ray cluster and reports the
-status KubeRay reports; when they are wanted again it adds them back."""
+status KubeRay reports; when they are wanted again it adds them back.
+
+The API stand-in, not the test bed: the test bed's pods run no Ray, so their release could not be
+seen in a live Ray cluster."""
 
 from __future__ import annotations
 

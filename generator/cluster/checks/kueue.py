@@ -4,7 +4,10 @@ GPUs (Kueue admits a workload only within quota; a cohort may lend more).
 
 Kueue's objects: LocalQueue (namespaced, spec.clusterQueue; status condition Active) and
 ClusterQueue (cluster-scoped, spec.resourceGroups[].flavors[].resources[].nominalQuota, optional
-spec.cohort), kueue.x-k8s.io, as https://kueue.sigs.k8s.io/docs/concepts/ describes them.
+spec.cohort; status condition Active), kueue.x-k8s.io, as https://kueue.sigs.k8s.io/docs/concepts/
+describes them. Kueue marks a LocalQueue inactive whatever is wrong with its ClusterQueue
+(ClusterQueueDoesNotExist, ClusterQueueIsInactive: "Can't submit new workloads to clusterQueue"),
+so the ClusterQueue is read first and its own state named: it says what to fix.
 """
 
 from __future__ import annotations
@@ -30,17 +33,29 @@ def gpu_quota(cq: dict[str, Any]) -> Fraction:
     return total
 
 
-def _inactive(lq: dict[str, Any]) -> str:
-    for c in (lq.get("status") or {}).get("conditions") or []:
+def _inactive(queue: dict[str, Any]) -> str:
+    """'reason: message' of a queue whose Active condition is False; '' otherwise."""
+    for c in (queue.get("status") or {}).get("conditions") or []:
         if c.get("type") == "Active" and c.get("status") == "False":
-            return c.get("message") or c.get("reason") or "inactive"
+            return ": ".join(x for x in (c.get("reason"), c.get("message")) if x) or "inactive"
     return ""
 
 
-def _cluster_queue(ctx: Context, version: str, name: str) -> Result:
+def _cluster_queue(ctx: Context, version: str, lq: dict[str, Any]) -> Result:
+    queue = f"{ctx.namespace}/{ctx.value('kueue.queueName')}"
+    name = str((lq.get("spec") or {}).get("clusterQueue", ""))
     cq = ctx.kube.get(f"/apis/kueue.x-k8s.io/{version}/clusterqueues/{name}")
     if cq is None:
-        return failed(NAME, f"ClusterQueue {name} (the LocalQueue's) not found", "create it, or point the LocalQueue at one that exists")
+        return failed(
+            NAME,
+            f"ClusterQueue {name} (LocalQueue {queue}'s) not found: the RayCluster would wait for admission forever",
+            "create it (python -m generator infra --kueue configures one), or point the LocalQueue at one that exists",
+        )
+    if why := _inactive(cq):
+        return failed(NAME, f"ClusterQueue {name} (LocalQueue {queue}'s) is not active: {why}", f"kubectl describe clusterqueue {name}")
+    if why := _inactive(lq):
+        describe = f"kubectl -n {ctx.namespace} describe localqueue {lq['metadata']['name']}"
+        return failed(NAME, f"LocalQueue {queue} is not active: {why}", describe)
     quota, need = gpu_quota(cq), ctx.rendered.gpus
     if quota < need:
         msg = f"ClusterQueue {name} has {quota} nominal {GPU}, the release needs {need}"
@@ -70,6 +85,4 @@ def check(ctx: Context) -> Result:
             f"LocalQueue {ctx.namespace}/{queue} not found: the RayCluster would wait for admission forever",
             f"create a LocalQueue {queue} in {ctx.namespace} pointing at a ClusterQueue, or set kueue.queueName to an existing one",
         )
-    if why := _inactive(lq):
-        return failed(NAME, f"LocalQueue {ctx.namespace}/{queue} is not active: {why}", "kubectl describe localqueue " + queue)
-    return _cluster_queue(ctx, version, str((lq.get("spec") or {}).get("clusterQueue", "")))
+    return _cluster_queue(ctx, version, lq)

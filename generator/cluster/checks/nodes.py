@@ -76,6 +76,12 @@ def check(ctx: Context) -> Result:
             "regenerate the values for this machine (python -m generator --gpu ...) or lower worker.resources.requests and worker.shmSize",
         )
     wanted = sum(r for _, r, _ in workers)
+    if counted == 0 and ctx.value("gke.mode") == "autopilot":
+        return passed(
+            NAME,
+            f"{len(nodes)} node(s) have {label} but none matches a worker group's whole node selector: "
+            "Autopilot provisions nodes for the worker pods",
+        )
     if counted == 0:
         return warned(
             NAME,
