@@ -13,7 +13,7 @@ from pathlib import Path
 from generator.render.chart_programs import load
 
 # The newest complete step_N, exactly as the launcher reports where a resubmission resumes.
-latest_step = load("launcher").latest_step
+latest_step = load("launcher_checkpoints").latest_step
 
 
 def save(checkpoint_dir: str, step: int, attempt: str) -> None:

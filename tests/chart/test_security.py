@@ -319,7 +319,7 @@ def test_infra_refuses_malformed_input_without_writing(tmp_path, bad):
     assert list(tmp_path.iterdir()) == []
 
 
-launcher = load_chart_program("launcher")
+launcher_spec = load_chart_program("launcher_spec")
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
@@ -327,7 +327,7 @@ json_values = st.recursive(
 )
 spec_like = st.fixed_dictionaries(
     {},
-    optional={k: json_values for k in launcher.SPEC_KEYS} | {"token": st.text(max_size=5)},
+    optional={k: json_values for k in launcher_spec.SPEC_KEYS} | {"token": st.text(max_size=5)},
 )
 
 
@@ -335,8 +335,8 @@ spec_like = st.fixed_dictionaries(
 @given(st.one_of(json_values, spec_like))
 def test_random_spec_files_never_crash_the_launcher_parser(data):
     try:
-        spec = launcher.parse_spec(data)
-    except launcher.SpecError as e:
+        spec = launcher_spec.parse_spec(data)
+    except launcher_spec.SpecError as e:
         assert str(e) and "\n" not in str(e)
     else:
         assert isinstance(spec.expected_gpus, int)
@@ -348,8 +348,8 @@ def test_random_spec_file_bytes_never_crash_the_launcher(tmp_path, raw):
     path = tmp_path / "launch.json"
     path.write_bytes(raw)
     try:
-        launcher.load_spec(str(path))
-    except launcher.SpecError as e:
+        launcher_spec.load_spec(str(path))
+    except launcher_spec.SpecError as e:
         assert str(e) and "\n" not in str(e)
 
 

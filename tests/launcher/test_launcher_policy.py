@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from conftest import load_chart_program
 
-launcher = load_chart_program("launcher")
+policy = load_chart_program("launcher_policy")
+spec_of = load_chart_program("launcher_spec")
 
 BASE = "nemo-rl-0123456789"
 FOLLOWING = {"follow": True, "max_restarts": 3, "checkpoint_dir": "/data/run/checkpoints"}
@@ -17,13 +18,13 @@ DEADLINED = FOLLOWING | {"max_num_steps": 20}
 
 
 def spec(**changes: Any) -> Any:
-    return launcher.parse_spec(
+    return spec_of.parse_spec(
         {"address": "http://head:8265", "submission_id": BASE, "entrypoint": "python x.py", "expected_gpus": 8} | changes
     )
 
 
-FOLLOW, WAIT_START, SUBMIT, STOP = launcher.FOLLOW, launcher.WAIT_START, launcher.SUBMIT, launcher.STOP
-EXIT = launcher.EXIT_FINAL
+FOLLOW, WAIT_START, SUBMIT, STOP = policy.FOLLOW, policy.WAIT_START, policy.SUBMIT, policy.STOP
+EXIT = policy.EXIT_FINAL
 
 # (case, spec values, what the launcher sees, action, exit status, a phrase of why, stalled after, resubmission)
 CASES = [
@@ -214,7 +215,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_decide(case):
     _, values, seen, action, exit_code, why, stalled, after_failure = case
-    d = launcher.decide(spec(**values), launcher.Seen(**seen))
+    d = policy.decide(spec(**values), policy.Seen(**seen))
     assert (d.action, d.exit_code, d.stalled, d.after_failure) == (action, exit_code, stalled, after_failure)
     assert why in d.why
     if not why:
@@ -235,7 +236,7 @@ def test_decide(case):
     ],
 )
 def test_the_checkpoint_folder_is_read_only_when_the_decision_needs_it(values, seen, wanted):
-    assert launcher.wants_progress(spec(**values), launcher.Seen(**seen)) is wanted
+    assert policy.wants_progress(spec(**values), policy.Seen(**seen)) is wanted
 
 
 # Every STOP at the run's end records its outcome (and so releases the GPU workers); a launcher
@@ -273,7 +274,7 @@ ENDINGS = [
 @pytest.mark.parametrize("case", ENDINGS, ids=[c[0] for c in ENDINGS])
 def test_the_outcome_each_ending_records(case):
     _, values, seen, ending = case
-    d = launcher.decide(spec(**values), launcher.Seen(**seen))
+    d = policy.decide(spec(**values), policy.Seen(**seen))
     assert (d.final, d.reason) == ending
     assert (d.action == STOP) or ending == ("", "")
 
@@ -330,6 +331,6 @@ RECORDED = [
 @pytest.mark.parametrize("case", RECORDED, ids=[c[0] for c in RECORDED])
 def test_decide_after_a_recorded_outcome(case):
     _, values, seen, action, exit_code, why = case
-    d = launcher.decide(spec(**values, **OUTCOME_AT), launcher.Seen(**seen))
+    d = policy.decide(spec(**values, **OUTCOME_AT), policy.Seen(**seen))
     assert (d.action, d.exit_code) == (action, exit_code)
     assert why in d.why

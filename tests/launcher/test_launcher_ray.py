@@ -163,9 +163,10 @@ def test_without_follow_the_launcher_exits_once_the_run_is_running(head, client,
 def test_a_run_the_head_no_longer_knows_counts_as_a_failed_attempt(head, capsys):
     # A restarted head pod forgets its jobs (no GCS fault tolerance): the run died with it. The
     # launcher once crashed here on Ray's 404; now the attempt counts as failed and is resubmitted.
-    launcher = load_chart_program("launcher")
-    spec = launcher.parse_spec({"address": head.address, "submission_id": "x", "entrypoint": "true", "expected_gpus": 8})
-    runs = launcher.Runs(spec)
+    spec = load_chart_program("launcher_spec").parse_spec(
+        {"address": head.address, "submission_id": "x", "entrypoint": "true", "expected_gpus": 8}
+    )
+    runs = load_chart_program("launcher_ray").Runs(spec)
     rid = new_id()
     assert runs.status(rid) == "FAILED"
     assert runs.logs(rid) == ""

@@ -8,6 +8,9 @@ import pytest
 from conftest import load_chart_program
 
 launcher = load_chart_program("launcher")
+spec_of = load_chart_program("launcher_spec")
+checkpoints = load_chart_program("launcher_checkpoints")
+ray_side = load_chart_program("launcher_ray")
 
 GOOD = {
     "address": "http://head-svc.ns.svc.cluster.local:8265",
@@ -18,7 +21,7 @@ GOOD = {
 
 
 def test_minimal_spec_parses_with_defaults():
-    s = launcher.parse_spec(GOOD)
+    s = spec_of.parse_spec(GOOD)
     assert s.follow is False and s.max_restarts == 0 and s.previous_runs == "wait"
     assert s.timeout("gpus_s", 7) == 7
 
@@ -55,8 +58,8 @@ def test_bad_specs_name_the_key(change, message):
     if change.get("entrypoint", 1) is None:
         del data["entrypoint"]
         message = "entrypoint: required key is missing"
-    with pytest.raises(launcher.SpecError, match=message):
-        launcher.parse_spec(data)
+    with pytest.raises(spec_of.SpecError, match=message):
+        spec_of.parse_spec(data)
 
 
 @pytest.mark.parametrize("text", ["", "[]", "{", '"x"', "\xff", "[" * 100000])
@@ -75,19 +78,19 @@ def test_missing_spec_file(capsys):
 
 def test_attempt_ids_round_trip():
     base = "nemo-rl-0123456789"
-    assert [launcher.attempt_id(base, n) for n in (1, 2, 3)] == [base, f"{base}-retry1", f"{base}-retry2"]
-    assert [launcher.attempt_number(base, launcher.attempt_id(base, n)) for n in (1, 2, 11)] == [1, 2, 11]
-    assert launcher.attempt_number(base, f"{base}-check-17") is None
-    assert launcher.attempt_number(base, "other") is None
-    assert launcher.attempt_number(base, None) is None
+    assert [spec_of.attempt_id(base, n) for n in (1, 2, 3)] == [base, f"{base}-retry1", f"{base}-retry2"]
+    assert [spec_of.attempt_number(base, spec_of.attempt_id(base, n)) for n in (1, 2, 11)] == [1, 2, 11]
+    assert spec_of.attempt_number(base, f"{base}-check-17") is None
+    assert spec_of.attempt_number(base, "other") is None
+    assert spec_of.attempt_number(base, None) is None
 
 
 def test_latest_step_ignores_partial_and_stray_entries(tmp_path):
-    assert launcher.latest_step(str(tmp_path / "missing")) is None
+    assert checkpoints.latest_step(str(tmp_path / "missing")) is None
     for name in ("step_10", "step_2", "tmp_step_30", "step_x"):
         (tmp_path / name).mkdir()
     (tmp_path / "step_99").write_text("a file, not a checkpoint")
-    assert launcher.latest_step(str(tmp_path)) == 10
+    assert checkpoints.latest_step(str(tmp_path)) == 10
 
 
 def test_the_checkpoint_step_is_nemo_rls_own_record_when_it_can_be_read(tmp_path):
@@ -95,9 +98,9 @@ def test_the_checkpoint_step_is_nemo_rls_own_record_when_it_can_be_read(tmp_path
     (tmp_path / "step_8" / "training_info.json").write_text('{"total_steps": 12, "current_step": 3}')
     (tmp_path / "step_9").mkdir()
     (tmp_path / "step_9" / "training_info.json").write_text("not json")
-    assert launcher.checkpoint_step(str(tmp_path), 8) == 12
-    assert launcher.checkpoint_step(str(tmp_path), 9) == 9  # unreadable: the folder's number
-    assert launcher.checkpoint_step(str(tmp_path), None) is None
+    assert checkpoints.checkpoint_step(str(tmp_path), 8) == 12
+    assert checkpoints.checkpoint_step(str(tmp_path), 9) == 9  # unreadable: the folder's number
+    assert checkpoints.checkpoint_step(str(tmp_path), None) is None
 
 
 def test_spec_rendered_by_the_chart_parses(helms):
@@ -105,7 +108,7 @@ def test_spec_rendered_by_the_chart_parses(helms):
 
     objs = render(helms[0])
     cm = next(c for c in kinds(objs, "ConfigMap") if "launch.json" in c["data"])
-    s = launcher.parse_spec(json.loads(cm["data"]["launch.json"]))
+    s = spec_of.parse_spec(json.loads(cm["data"]["launch.json"]))
     assert s.follow is True and s.max_restarts == 3 and s.expected_gpus == 16 and s.expected_nodes == 3
     assert s.expected_interfaces == [f"eth{i}" for i in range(10)]
     assert s.checkpoint_dir == "/data/nemo-rl/gemma3-27b-gsm8k/checkpoints"
@@ -113,7 +116,7 @@ def test_spec_rendered_by_the_chart_parses(helms):
 
 
 def test_a_head_that_is_up_but_not_ready_is_retried_other_errors_are_not():
-    spec = launcher.parse_spec({**GOOD, "poll_interval_s": 0.01, "timeouts": {"head_s": 5}})
+    spec = spec_of.parse_spec({**GOOD, "poll_interval_s": 0.01, "timeouts": {"head_s": 5}})
     answers = iter([RuntimeError("Request failed with status code 500: No available agent to submit job, please try again later.."), "ok"])
 
     def call():
@@ -122,7 +125,7 @@ def test_a_head_that_is_up_but_not_ready_is_retried_other_errors_are_not():
             raise a
         return a
 
-    assert launcher._retry(call, spec) == "ok"
+    assert ray_side.retry(call, spec) == "ok"
 
     calls = []
 
@@ -131,5 +134,5 @@ def test_a_head_that_is_up_but_not_ready_is_retried_other_errors_are_not():
         raise RuntimeError("Job with submission_id nemo-rl-5031a502ff already exists")
 
     with pytest.raises(RuntimeError, match="already exists"):
-        launcher._retry(broken, spec)
+        ray_side.retry(broken, spec)
     assert len(calls) == 1  # not retried, though the id holds "503" and "502"
