@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "launcher")]
 
 import nemo_rl_stand_in  # noqa: E402
 
-from generator.render import helm as helm_mod  # noqa: E402
+from generator.helm import runner as helm_mod  # noqa: E402
 from generator.render.chart_programs import load  # noqa: E402
 from generator.render.manifests import parse_documents  # noqa: E402
 from generator.values.build import Options, build  # noqa: E402

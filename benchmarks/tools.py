@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from generator.paths import CHART_DIR as CHART  # noqa: E402
-from generator.render.helm import default_helm  # noqa: E402
+from generator.core.paths import CHART_DIR as CHART  # noqa: E402
+from generator.helm.runner import default_helm  # noqa: E402
 
 PY = sys.executable
 TARGETS = {"generator": 0.5, "ratio": 3.0, "suite": 180.0}

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from generator.values.files import InputError
+from generator.core.errors import InputError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 # The subcommands, each a module that owns its arguments: HELP, add_arguments(parser), run(args).
 COMMANDS: dict[str, str] = {
-    "generate": "generator.values.generate",
+    "generate": "generator.generate",
     "validate": "generator.validate.cli",
     "render": "generator.render.cli",
     "infra": "generator.infra.cli",
@@ -47,12 +47,6 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
         module.add_arguments(sub.add_parser(name, help=module.HELP))
         handlers[name] = module.run
     return parser, handlers
-
-
-def add_release_name(p: argparse.ArgumentParser, help_text: str, **kw: Any) -> None:
-    """The Helm release name (`helm install NAME`): --release-name; --release is its old spelling,
-    kept so existing command lines work (in `generate`, --release is the NeMo RL release)."""
-    p.add_argument("--release-name", "--release", dest="release", default="nemo-rl", metavar="NAME", help=help_text, **kw)
 
 
 def _quiet_stdout() -> None:

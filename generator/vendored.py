@@ -30,9 +30,9 @@ from pathlib import Path
 
 import yaml
 
+from generator.core.errors import InputError
+from generator.core.schema import ROOT
 from generator.nemo_rl.releases import RELEASES
-from generator.values.files import InputError
-from generator.values.schema import ROOT
 
 VENDOR = ROOT / "vendor"
 SUMS = "SHA256SUMS"

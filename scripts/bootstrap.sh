@@ -58,7 +58,7 @@ else
 fi
 
 echo "==> pinned Helm binaries in .tools/helm/"
-.venv/bin/python -m generator.render.install_helm
+.venv/bin/python -m generator.helm.install
 
 if [ "$profile" = dev ]; then
   echo "==> shellcheck (the infra script tests run it)"

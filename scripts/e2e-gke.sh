@@ -74,7 +74,7 @@ fi
 PY=python3
 if [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
 "$PY" -c 'import kubernetes, generator' 2>/dev/null || die "the user's profile is not installed: run scripts/setup.sh --no-rehearse"
-HELM="$("$PY" -c 'from generator.render.helm import default_helm; print(default_helm().path)')" || die "pinned Helm missing: scripts/bootstrap.sh"
+HELM="$("$PY" -c 'from generator.helm.runner import default_helm; print(default_helm().path)')" || die "pinned Helm missing: scripts/bootstrap.sh"
 for tool in gcloud kubectl; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is not on PATH"
 done

@@ -3,4 +3,4 @@
 # example values, README values table) from its one source.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python -m generator.values.sync "$@"
+exec .venv/bin/python -m generator.sync "$@"

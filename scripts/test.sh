@@ -22,6 +22,8 @@ scripts/bootstrap.sh dev
 echo "==> ruff (lint and format)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check . >&2; echo "error: run .venv/bin/ruff format ." >&2; exit 1; }
+echo "==> import layers (lint-imports, .importlinter)"
+.venv/bin/lint-imports --no-cache >/dev/null || { .venv/bin/lint-imports --no-cache >&2; exit 1; }
 echo "==> vendored data (scripts/vendor.sh check)"
 scripts/vendor.sh check | sed 's/^/    /'
 

@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from generator.core.paths import ROOT
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
-from generator.paths import ROOT
 from testbed import bed, components
 from testbed.build import BuildError, build
 from testbed.processes import ProcessError, Supervisor, _alive

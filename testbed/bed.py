@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
+from generator.core.paths import ROOT
 from generator.gke.profiles import DEFAULT_ACCELERATOR
-from generator.infra.steps import InfraOptions
-from generator.paths import ROOT
+from generator.infra.options import InfraOptions
 from testbed import components, components_argv, kueue_setup, nodes, pki
 from testbed.build import build, module_dir
 from testbed.kube import Kube, api_client, crd_established, wait_for

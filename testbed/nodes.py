@@ -22,7 +22,7 @@ from generator.gke.profiles import profile
 from generator.gke.provisioning import GPU_TAINT, TYPES
 from generator.gke.sizing import allocatable_of as allocatable
 from generator.gke.sizing import ephemeral_allocatable_gib
-from generator.infra.steps import InfraOptions
+from generator.infra.options import InfraOptions
 from generator.values.worker_groups import GroupSpec
 from testbed.components import CONTROL_PLANE
 

@@ -16,7 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from generator.render import helm as helm_mod  # noqa: E402
+from generator.helm import runner as helm_mod  # noqa: E402
 from generator.render.manifests import parse_documents  # noqa: E402
 from generator.values.build import Options, build  # noqa: E402
 

@@ -18,9 +18,8 @@ HELP = "check the live cluster against a values file before helm install (read-o
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from generator.cli import add_release_name
     from generator.cluster.kube import add_cluster_arguments
-    from generator.render.cli import release_name
+    from generator.core.arguments import add_release_name, release_name
     from generator.values.layers import add_layer_arguments
 
     p.add_argument("values", type=Path, metavar="VALUES", help="the values file you will install with")
@@ -37,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from generator.cluster.checks.context import Context
     from generator.cluster.kube import ClusterError, connect
     from generator.cluster.release import render
-    from generator.values.files import InputError
+    from generator.core.errors import InputError
     from generator.values.layers import configurations
 
     try:

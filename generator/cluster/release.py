@@ -11,9 +11,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from generator.core.errors import InputError
 from generator.gke.sizing import parse_quantity
 from generator.validate.objects import Pod, pod_templates
-from generator.values.files import InputError
 from generator.values.layers import Configuration
 
 
@@ -69,7 +69,7 @@ def requests(spec: dict[str, Any], key: str = "requests") -> dict[str, Fraction]
 def render(config: Configuration, release: str, namespace: str) -> Rendered:
     """The chart's objects for these values, release and namespace; an InputError (one line) when
     Helm cannot render them."""
-    from generator.render.helm import HelmError, pinned_or_input_error
+    from generator.helm.runner import HelmError, pinned_or_input_error
     from generator.render.manifests import parse_documents
 
     if not isinstance(config.values, dict):

@@ -13,16 +13,16 @@ import shlex
 import sys
 from pathlib import Path
 
-from generator import option_specs
+from generator.core import option_specs
+from generator.core.files import InputError, write_atomic
+from generator.core.option_specs import OptionSpec, canonical_argv, options_of
 from generator.gke import networks
 from generator.gke.locations import REGION, ZONE_SUFFIX
 from generator.gke.lustre import LUSTRE_THROUGHPUTS, LUSTRE_TIERS, sizes_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
 from generator.gke.provisioning import MODES, PROVISIONING
+from generator.infra.options import TOPOLOGY_MODES, InfraOptions
 from generator.infra.script import bring_up_script, teardown_script
-from generator.infra.steps import TOPOLOGY_MODES, InfraOptions
-from generator.option_specs import OptionSpec, canonical_argv, options_of
-from generator.values.files import InputError, write_atomic
 from generator.values.worker_groups import MAX_NODES, GroupSpec, parse_groups, worker_nodes
 
 PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")

@@ -14,13 +14,9 @@ Sources:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from generator.gke.profiles import profile
 from generator.infra import kueue
-
-if TYPE_CHECKING:
-    from generator.infra.steps import InfraOptions
+from generator.infra.options import InfraOptions
 
 GKE_FEE = "USD 0.10 per hour (GKE's cluster management fee, https://cloud.google.com/kubernetes-engine/pricing)"
 VM_PRICES = "https://cloud.google.com/compute/vm-instance-pricing"

@@ -14,15 +14,13 @@ topology-aware scheduling (https://kueue.sigs.k8s.io/docs/concepts/topology_awar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from generator.gke.profiles import profile
 from generator.gke.provisioning import TYPES
-
-if TYPE_CHECKING:
-    from generator.infra.steps import InfraOptions
+from generator.infra.options import InfraOptions, reservation_name
 
 VERSION = "v0.16.5"
 MANIFEST = f"https://github.com/kubernetes-sigs/kueue/releases/download/{VERSION}/manifests.yaml"
@@ -77,8 +75,6 @@ def _flavor_labels(node_label: str, provisioning: str, reservation: str) -> dict
 
 def manifests(o: InfraOptions) -> list[dict[str, Any]]:
     """The Kueue objects, in the order they are applied."""
-    from generator.infra.steps import reservation_name
-
     p = profile(o.gpu)
     tas = o.topology != "none"
     docs: list[dict[str, Any]] = []

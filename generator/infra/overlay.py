@@ -10,15 +10,14 @@ instances describe`. Lists replace lists when Helm merges values, so `workerGrou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from generator.gke.profiles import profile
+from generator.infra.kueue import TOPOLOGY_LEVELS
+from generator.infra.options import InfraOptions, reservation_name, reservation_project
 from generator.values.build import network_values, worker_group
-
-if TYPE_CHECKING:
-    from generator.infra.steps import InfraOptions
 
 IP, FILESYSTEM = "@LUSTRE_IP@", "@LUSTRE_FS@"
 
@@ -66,8 +65,6 @@ A run of your own on this cluster: %(generate)s, then the same with %(values_fil
 
 def values(o: InfraOptions) -> dict[str, Any]:
     """The overlay's content, with IP and FILESYSTEM standing for the instance's address."""
-    from generator.infra.steps import reservation_name, reservation_project
-
     p = profile(o.gpu)
     groups = []
     for g in o.worker_groups:
@@ -93,8 +90,6 @@ def values(o: InfraOptions) -> dict[str, Any]:
 
 
 def topology_values(o: InfraOptions) -> dict[str, str]:
-    from generator.infra.kueue import TOPOLOGY_LEVELS
-
     return {"mode": o.topology, "level": TOPOLOGY_LEVELS[0]}
 
 

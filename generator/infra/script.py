@@ -13,7 +13,8 @@ import shlex
 
 from generator.gke.profiles import profile
 from generator.infra.costs import plan_summary
-from generator.infra.steps import TEARDOWN_SUMMARY, InfraOptions, Step, bring_up_steps, teardown_steps, variables
+from generator.infra.options import InfraOptions
+from generator.infra.steps import TEARDOWN_SUMMARY, Step, bring_up_steps, teardown_steps, variables
 
 HELPERS = {
     "show": """\

@@ -14,8 +14,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from generator.arg_types import int_range
-from generator.render.helm import DEFAULT_RELEASE
+from generator.core.arg_types import int_range
+from generator.helm.runner import DEFAULT_RELEASE
 from generator.values.worker_groups import MAX_NODES
 
 HELP = "rehearse the run's Ray resource requests on a local Ray cluster"
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=16,
         help="most GPU worker nodes to start locally (one Ray node each); default 16",
     )
-    from generator.cli import add_release_name
+    from generator.core.arguments import add_release_name
 
     add_release_name(p, f"Helm release name; default {DEFAULT_RELEASE}")
 

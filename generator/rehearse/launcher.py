@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from generator.paths import CHART_DIR
+from generator.core.paths import CHART_DIR
 from generator.rehearse.cluster import LocalCluster
 from generator.rehearse.report import Output
 from generator.rehearse.topology import Rendered

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from generator.core.errors import InputError
 from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, lookup, parse_entrypoint
 from generator.nemo_rl.releases import release
-from generator.values.files import InputError
 from generator.vendored import load_release_recipe
 
 

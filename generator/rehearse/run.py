@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from generator.paths import ROOT
+from generator.core.files import InputError, load_values
+from generator.core.paths import ROOT
+from generator.helm.runner import DEFAULT_RELEASE, HelmError, HelmMissing, default_helm
 from generator.rehearse.cluster import OBJECT_STORE_BYTES, LocalCluster
 from generator.rehearse.drill import PAUSE_AFTER_STEP, PAUSED_LINE, Drill
 from generator.rehearse.launcher import RUN_LIMIT_S, Launcher, make_spec
 from generator.rehearse.plan import RunConfigError, Settings, settings, values_keys
 from generator.rehearse.report import STAND_IN_STEPS, Outcome, Output, report
 from generator.rehearse.topology import NodeSpec, Rendered, parse_rendered
-from generator.render.helm import DEFAULT_RELEASE, HelmError, HelmMissing, default_helm
 from generator.render.manifests import parse_documents
-from generator.values.files import InputError, load_values
 from generator.values.merge import as_helm_sees_it
 
 DRIVER = "generator.rehearse.job.driver"  # run from the checkout: `python -m generator.rehearse.job.driver PLAN`

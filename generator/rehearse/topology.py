@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from generator.core.errors import InputError
 from generator.gke.kuberay import RayResourceError, is_zero, param_value, quantity_value, ray_cpus
-from generator.values.files import InputError
 
 
 @dataclass(frozen=True)

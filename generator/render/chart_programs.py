@@ -12,7 +12,7 @@ import sys
 from functools import cache
 from types import ModuleType
 
-from generator.paths import CHART_DIR
+from generator.core.paths import CHART_DIR
 
 
 @cache

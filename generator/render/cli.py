@@ -16,26 +16,15 @@ from typing import Any
 
 import yaml
 
-from generator.render.helm import Helm, HelmError, HelmMissing, default_helm
+from generator.core.files import InputError, write_atomic
+from generator.helm.runner import Helm, HelmError, HelmMissing, default_helm
 from generator.render.manifests import object_id, parse_documents, validate_documents
-from generator.values.files import InputError, write_atomic
 
 MARKER = ".nemo-rl-gke-render"
 MARKER_TEXT = "This folder holds manifests written by `python -m generator render`; render replaces all.yaml here.\n"
 OUTPUT = "all.yaml"
 FALLBACK_SLUG = "values"
-_RELEASE_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _HELM_VERSION_RE = re.compile(r"v\d+\.\d+\.\d+")
-
-
-def release_name(text: str) -> str:
-    """argparse type of --release: what Helm accepts as a release name."""
-    if len(text) > 53 or not _RELEASE_RE.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"not a Helm release name: {text!r}; use lowercase letters, digits and '-', starting and "
-            "ending with a letter or digit, at most 53 characters"
-        )
-    return text
 
 
 def _slug(text: str) -> str:
@@ -155,7 +144,7 @@ HELP = "render the chart with the pinned Helm and validate every object"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from generator.cli import add_release_name
+    from generator.core.arguments import add_release_name, release_name
 
     p.add_argument("files", nargs="+", type=Path, metavar="VALUES")
     p.add_argument("--out", type=Path, required=True, help="folder for the rendered manifests")

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
+from generator.core.schema import ROOT, dotted
 from generator.render.crd_schema import json_schema, load_crd
-from generator.values.schema import ROOT, dotted
 from generator.vendored import KUBERAY, crd_files
 
 # Kubernetes minor versions the chart supports: GKE's oldest for H200 RDMA (1.31) up to the

@@ -10,16 +10,16 @@ import json
 import sys
 from pathlib import Path
 
+from generator.core.errors import InputError
 from generator.validate.findings import Finding
 from generator.validate.values import has_errors, validate_values
-from generator.values.files import InputError
 from generator.values.layers import add_layer_arguments, configurations
 
 HELP = "check values files: schema, then the semantic rules"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from generator.cli import add_release_name
+    from generator.core.arguments import add_release_name
 
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     p.add_argument("--format", choices=("text", "json"), default="text")

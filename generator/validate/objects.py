@@ -29,17 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from generator.core.names import DNS_1123_SUBDOMAIN, LABEL_MAX, QUALIFIED_NAME, SUBDOMAIN_MAX
+from generator.core.paths import CHART_DIR
 from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import TYPES
 from generator.gke.sizing import parse_quantity
-from generator.paths import CHART_DIR
-from generator.render.helm import DEFAULT_NAMESPACE, helm_env
+from generator.helm.runner import DEFAULT_NAMESPACE, helm_env
 from generator.validate.findings import Finding, error, warning
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # No GKE node the chart targets has more vCPUs than the largest GPU host.
 MAX_NODE_CPUS = max(p.host_vcpus for p in PROFILES.values())
 # Kueue's RayCluster integration names the head's pod set "head": a worker group of that name collides.
@@ -109,9 +108,9 @@ def _find(values: dict[str, Any], prefixes: list[str], field: str, item: Any) ->
 
 def _label_key_problem(key: str) -> str:
     prefix, _, name = key.rpartition("/")
-    if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+    if not name or len(name) > LABEL_MAX or not QUALIFIED_NAME.fullmatch(name):
         return "name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+    if prefix and (len(prefix) > SUBDOMAIN_MAX or not DNS_1123_SUBDOMAIN.fullmatch(prefix)):
         return "prefix must be a lowercase DNS subdomain (at most 253 characters)"
     return ""
 
@@ -120,7 +119,7 @@ def _label_value_problem(value: Any) -> str:
     text = str(value)
     if text == "":
         return ""
-    if len(text) > 63 or not _LABEL_NAME.fullmatch(text):
+    if len(text) > LABEL_MAX or not QUALIFIED_NAME.fullmatch(text):
         return "must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
     return ""
 
@@ -374,7 +373,7 @@ class Rendering:
     """The pinned Helm 4 rendering `values` in the background (it runs while the Python rules do)."""
 
     def __init__(self, values: dict[str, Any], release: str) -> None:
-        from generator.render.helm import HelmMissing, default_helm
+        from generator.helm.runner import HelmMissing, default_helm
 
         self.values = values
         self.problem: Finding | None = None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from generator.core.schema import iter_errors
 from generator.validate.findings import ERROR, Finding, error
 from generator.validate.rules import run_checks
-from generator.values.schema import iter_errors
 
 
 def helm_key(key: Any) -> str:

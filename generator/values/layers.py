@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from generator.paths import CHART_DIR
-from generator.values.files import InputError, load_values
+from generator.core.files import InputError, load_values
+from generator.core.paths import CHART_DIR
 
 SET_FLAGS = ("--set", "--set-string", "--set-file", "--set-json")
 
@@ -85,7 +85,7 @@ def layers(files: Sequence[Path], sets: Sequence[tuple[str, str]], chart_default
 
 def merge(spec: Layers) -> dict[str, Any]:
     """The values `helm install -f ... --set ...` would use, computed by the pinned Helm."""
-    from generator.render.helm import HelmError, pinned_or_input_error
+    from generator.helm.runner import HelmError, pinned_or_input_error
 
     for f in spec.files:
         load_values(f)  # size, type, YAML syntax and duplicate keys, each a one-line error naming the file

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from generator.paths import CHART_DIR
+from generator.core.paths import CHART_DIR
 
 
 def coalesce(defaults: Any, override: Any) -> Any:

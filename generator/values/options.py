@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from generator.arg_types import int_range
+from generator.core.arg_types import int_range
+from generator.core.errors import InputError
+from generator.core.option_specs import OptionSpec, add_arguments, canonical_argv, options_of
 from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import MODES, PROVISIONING
 from generator.nemo_rl import releases
 from generator.nemo_rl import run_spec as grpo
-from generator.option_specs import OptionSpec, add_arguments, canonical_argv, options_of
 from generator.values.build import Options
-from generator.values.files import InputError
 from generator.values.worker_groups import MAX_NODES, GroupSpec, parse_groups
 
 MAX_COUNT = 1_000_000  # --max-steps, --prompts-per-step, ...: bounds that keep the arithmetic small

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from radon.metrics import mi_rank, mi_visit
 
-from generator.paths import CHART_DIR
+from generator.core.paths import CHART_DIR
 
 PROGRAMS = sorted((CHART_DIR / "files").glob("*.py"))
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import CHART, CI_DIR, kinds, one, pod_specs, ray_pod_specs, render, render_text, values_for, with_changes
 
-from generator.render.helm import HelmError
+from generator.helm.runner import HelmError
 from generator.render.manifests import validate_documents
 from generator.validate.values import validate_values
 

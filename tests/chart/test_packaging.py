@@ -12,10 +12,10 @@ from conftest import CHART, render_text
 from generator.gke.profiles import PROFILES
 from generator.nemo_rl.releases import DEFAULT_RELEASE
 from generator.render.manifests import parse_documents, validate_documents
+from generator.sync import EXAMPLES, EXAMPLES_DIR
 from generator.validate.values import validate_values
 from generator.values.docs import END, START
 from generator.values.merge import as_helm_sees_it
-from generator.values.sync import EXAMPLES, EXAMPLES_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART_YAML = yaml.safe_load((CHART / "Chart.yaml").read_text())

@@ -12,7 +12,7 @@ import pytest
 from conftest import CI_DIR, pod_specs, render, values_for, with_changes
 from pod_security import BASELINE, RESTRICTED, violations
 
-from generator.values.sync import EXAMPLES_DIR
+from generator.sync import EXAMPLES_DIR
 
 SCENARIOS = sorted(CI_DIR.glob("*.yaml")) + sorted(EXAMPLES_DIR.glob("*.yaml"))
 HOST_PATHS = {"nvidia-driver": "/home/kubernetes/bin/nvidia", "gib": "/home/kubernetes/bin/gib"}

@@ -7,9 +7,9 @@ from __future__ import annotations
 from conftest import one, render, values_for
 
 from generator.gke.provisioning import GPU_TOLERATION, TYPES
+from generator.helm import runner as helm_mod
 from generator.infra import kueue
-from generator.infra.steps import InfraOptions
-from generator.render import helm as helm_mod
+from generator.infra.options import InfraOptions
 from generator.validate.objects import _chart_worker_selector
 from generator.values.worker_groups import GroupSpec
 

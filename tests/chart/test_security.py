@@ -16,8 +16,8 @@ from conftest import CHART, kinds, load_chart_program, one, pod_specs, render, r
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from generator.helm.runner import HelmError
 from generator.nemo_rl.recipe_config import apply_overrides, parse_entrypoint
-from generator.render.helm import HelmError
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = "hf_FAKE_TOKEN_0123456789abcdef"

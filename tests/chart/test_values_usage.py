@@ -9,8 +9,9 @@ import json
 import re
 from typing import Any
 
-from generator.paths import CHART_DIR
-from generator.values.schema import SCHEMA_PATH
+from generator.core.names import RAYCLUSTER_MAX, RAYCLUSTER_NAME
+from generator.core.paths import CHART_DIR
+from generator.core.schema import SCHEMA_PATH
 
 # Keys no template reads, each with what reads it instead.
 PYTHON_ONLY = {
@@ -59,3 +60,12 @@ def test_every_values_path_a_template_reads_is_in_the_schema():
     paths = _schema_paths()
     unknown = sorted(r for r in _template_references() if r not in paths)
     assert unknown == [], f"templates read keys the schema does not declare: {unknown}"
+
+
+def test_the_templates_name_rule_is_the_python_one():
+    """_validate.tpl keeps KubeRay's RayCluster name rule for users of plain Helm; the pattern and
+    the length it checks are those of generator/core/names.py."""
+    text = (CHART_DIR / "templates" / "_validate.tpl").read_text()
+    patterns = re.findall(r'regexMatch "\^([^"]+)\$" \$name', text)
+    assert patterns == [RAYCLUSTER_NAME.pattern]
+    assert f"gt (len $name) {RAYCLUSTER_MAX}" in text

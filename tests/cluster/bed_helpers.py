@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from generator.core.paths import ROOT
+from generator.helm.runner import Helm, helm_env
 from generator.infra.steps import NAMESPACE_LABELS
-from generator.paths import ROOT
-from generator.render.helm import Helm, helm_env
 from testbed.bed import Cluster
 from testbed.kube import Kube, wait_for
 

@@ -39,9 +39,10 @@ from bed_helpers import Release, remove_cluster_scoped
 
 from generator.cluster.checks.storage import DRIVER as LUSTRE_DRIVER
 from generator.cluster.release import Rendered, render, requests
+from generator.helm import runner as helm_mod
 from generator.infra import kueue as infra_kueue
-from generator.infra.steps import INSTALLERS, NAMESPACE_LABELS, InfraOptions
-from generator.render import helm as helm_mod
+from generator.infra.options import InfraOptions
+from generator.infra.steps import INSTALLERS, NAMESPACE_LABELS
 from generator.values.layers import configurations
 from generator.values.worker_groups import GroupSpec
 from testbed import components

@@ -22,7 +22,7 @@ from clusters import Made, installed_release, made_for, rendered_for, unique
 from generator.cli import main
 from generator.cluster import kube as cluster_kube
 from generator.cluster.checks.access import RESOURCES
-from generator.paths import ROOT
+from generator.core.paths import ROOT
 from testbed.kubeconfig import Context
 from testbed.kubeconfig import write as write_kubeconfig
 

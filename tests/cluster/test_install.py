@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from bed_helpers import CHART, RAY, Release, namespace, remove_cluster_scoped, unique
 
-from generator.paths import ROOT
-from generator.render import helm as helm_mod
+from generator.core.paths import ROOT
+from generator.helm import runner as helm_mod
 
 SCENARIOS = sorted((ROOT / "examples").glob("*.yaml")) + sorted((CHART / "ci").glob("*-values.yaml"))
 NEWEST, OLDEST = "v1.6.2", "v1.3.2"

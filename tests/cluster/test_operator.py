@@ -17,8 +17,8 @@ import pytest
 from bed_helpers import Release, namespace, ray_pods, remove_cluster_scoped, unique, wait_ready
 
 from generator.cluster.release import render
-from generator.paths import ROOT
-from generator.render import helm as helm_mod
+from generator.core.paths import ROOT
+from generator.helm import runner as helm_mod
 from generator.values.layers import configurations
 from testbed.kube import wait_for
 from testbed.nodes import CPU_POOL_NAME

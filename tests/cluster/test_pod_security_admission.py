@@ -18,8 +18,8 @@ from bed_helpers import CHART, Release, events, namespace, ray_pods, remove_clus
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from generator.paths import ROOT
-from generator.render import helm as helm_mod
+from generator.core.paths import ROOT
+from generator.helm import runner as helm_mod
 from generator.render.manifests import parse_documents
 from testbed.kube import wait_for
 

@@ -34,7 +34,7 @@ from kubernetes import client as k8s
 
 from generator.cli import main
 from generator.cluster.release import Rendered, render
-from generator.paths import ROOT
+from generator.core.paths import ROOT
 from generator.values.build import Options, build
 from generator.values.layers import configurations
 from testbed.kube import wait_for

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from generator import cli
+from generator import cli, sync
+from generator.core import schema
+from generator.core.paths import CHART_DIR
 from generator.gke.profiles import PROFILES, AcceleratorProfile
-from generator.paths import CHART_DIR
-from generator.render.helm import Helm
+from generator.helm.runner import Helm
 from generator.validate import objects
 from generator.validate.findings import ERROR
 from generator.validate.values import validate_values
-from generator.values import schema, sync
 from generator.values.schema_tables import synced_schema_text
 
 X100 = AcceleratorProfile(

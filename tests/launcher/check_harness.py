@@ -10,8 +10,8 @@ from typing import Any
 from conftest import kinds, load_chart_program, render, values_for
 from nemo_rl_stand_in import write
 
+from generator.helm import runner as helm_mod
 from generator.nemo_rl.releases import RELEASES
-from generator.render import helm as helm_mod
 
 prepare = load_chart_program("prepare")
 config_check = load_chart_program("config_check")

@@ -25,9 +25,9 @@ import pytest
 from conftest import kinds, load_chart_program, one, render, values_for
 from launcher_harness import ClusterHead, jobs_with_prefix, new_id, stand_in, start_launcher
 
+from generator.helm import runner as helm_mod
 from generator.rehearse.cluster import LocalCluster
 from generator.rehearse.topology import NodeSpec
-from generator.render import helm as helm_mod
 from tests.kube_api.stand_in import ApiStandIn
 from tests.rehearse.rehearse_harness import cluster_of
 

@@ -8,6 +8,7 @@ import shlex
 import pytest
 from conftest import kinds, one, render, values_for, with_changes
 
+from generator.generate import render_text
 from generator.nemo_rl import run_spec as grpo
 from generator.nemo_rl.recipe_config import (
     Override,
@@ -20,7 +21,6 @@ from generator.nemo_rl.recipe_config import (
 )
 from generator.nemo_rl.releases import RELEASES
 from generator.values.build import Options, layout_notes
-from generator.values.generate import render_text
 from generator.vendored import recipe_path
 
 TAGS = sorted(RELEASES)

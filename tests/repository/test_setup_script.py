@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from generator.gke.profiles import PROFILES
-from generator.render.helm_pins import PINS
+from generator.helm.pins import PINS
 
 ROOT = Path(__file__).resolve().parents[2]
 

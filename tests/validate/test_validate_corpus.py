@@ -11,7 +11,7 @@ import yaml
 from conftest import render_text
 from validate_harness import INVALID, SCHEMA_LEVEL, header, run_cli
 
-from generator.render.helm import HelmError
+from generator.helm.runner import HelmError
 from generator.validate.values import validate_values
 from generator.values.merge import as_helm_sees_it
 

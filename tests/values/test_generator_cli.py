@@ -116,7 +116,7 @@ def test_unwritable_target_leaves_no_partial_file(tmp_path):
 
 
 def test_interrupted_write_leaves_no_temp_and_keeps_old_file(tmp_path, monkeypatch):
-    from generator.values import files as values_io
+    from generator.core import files as values_io
 
     target = tmp_path / "v.yaml"
     target.write_text("old\n")
@@ -175,7 +175,7 @@ def test_b200_and_h200_differ_only_in_accelerator_dependent_keys(nodes):
 
 def test_chart_default_values_are_the_generated_h200_file():
     text = (ROOT / "charts" / "nemo-rl-gke" / "values.yaml").read_text()
-    from generator.values.generate import render_text
+    from generator.generate import render_text
 
     assert text == render_text(Options(gpu="h200"), ["--gpu", "h200"]), (
         "charts/nemo-rl-gke/values.yaml drifted from the generator: run scripts/sync.sh"

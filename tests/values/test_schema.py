@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from generator.render.helm import HelmError
+from generator import sync
+from generator.core.schema import SCHEMA_PATH, dotted, go_regexp, iter_errors, load_schema, resolve_ref, validator_class
+from generator.helm.runner import HelmError
 from generator.validate.values import validate_values
-from generator.values import sync
 from generator.values.merge import as_helm_sees_it
-from generator.values.schema import SCHEMA_PATH, dotted, go_regexp, iter_errors, load_schema, resolve_ref, validator_class
 
 ROOT = Path(__file__).resolve().parents[2]
 

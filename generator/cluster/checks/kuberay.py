@@ -16,8 +16,8 @@ from typing import Any
 from generator.cluster.checks.context import Context, listed
 from generator.cluster.kube import Forbidden
 from generator.cluster.report import Result, failed, passed
+from generator.core.schema import dotted
 from generator.render.crd_schema import json_schema
-from generator.values.schema import dotted
 
 NAME = "kuberay-crd"
 CRD = "rayclusters.ray.io"

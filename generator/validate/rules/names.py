@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
+from generator.core.names import RAYCLUSTER_MAX, RAYCLUSTER_NAME
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
 
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 KUEUE_MAX_GROUPS = 7
 
 
@@ -16,9 +15,9 @@ def check(ctx: Context) -> Iterator[Finding]:
     v = ctx.values
     name = v.get("fullnameOverride") or ctx.release_name
     key = "fullnameOverride" if v.get("fullnameOverride") else "(release name)"
-    if len(name) > 53:
-        yield error(key, f"RayCluster name {name!r} is {len(name)} characters; KubeRay allows 53", "use a shorter name")
-    elif not DNS_1035.fullmatch(name):
+    if len(name) > RAYCLUSTER_MAX:
+        yield error(key, f"RayCluster name {name!r} is {len(name)} characters; KubeRay allows {RAYCLUSTER_MAX}", "use a shorter name")
+    elif not RAYCLUSTER_NAME.fullmatch(name):
         yield error(
             key, f"RayCluster name {name!r} is not a DNS-1035 label", "use lowercase letters, digits and '-', starting with a letter"
         )

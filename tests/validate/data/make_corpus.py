@@ -17,8 +17,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
+from generator.core.files import dump_values  # noqa: E402
 from generator.values.build import Options, build  # noqa: E402
-from generator.values.files import dump_values  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "invalid"
 # A made-up token of Hugging Face's shape (hf_ and 34 characters); `validate` must never print it.

@@ -13,15 +13,12 @@ from typing import Any
 
 import yaml
 
-from generator.values.schema import description
+from generator.core.errors import InputError
+from generator.core.schema import description
 
 MAX_BYTES = 1 << 20  # a values file is a few KiB; refuse anything near a YAML bomb
 MAX_NODES = 100_000
 COMMENT_WIDTH = 96
-
-
-class InputError(Exception):
-    """Bad input from the user: reported as one line, exit status 2 (usage) or 1."""
 
 
 def _count_nodes(doc: Any, limit: int, source: str) -> int:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.paths import CHART_DIR, ROOT
-from generator.render.helm_pins import HELM4, PINS, HelmPin
+from generator.core.paths import CHART_DIR, ROOT
+from generator.helm.pins import HELM4, PINS, HelmPin
 
 DEFAULT_RELEASE = "nemo-rl"
 DEFAULT_NAMESPACE = "default"
@@ -76,7 +76,7 @@ class HelmMissing(Exception):
 def pinned(pin: HelmPin) -> Helm:
     if not pin.path.exists():
         raise HelmMissing(
-            f"Helm {pin.version} is not installed at {pin.path}; run scripts/bootstrap.sh (or python -m generator.render.install_helm)"
+            f"Helm {pin.version} is not installed at {pin.path}; run scripts/bootstrap.sh (or python -m generator.helm.install)"
         )
     return Helm(pin.path, pin.version)
 
@@ -99,7 +99,7 @@ def default_helm(user_path: str | None = None) -> Helm:
 
 def pinned_or_input_error() -> Helm:
     """The pinned Helm 4, or an InputError (one line, exit 2) saying how to install it."""
-    from generator.values.files import InputError
+    from generator.core.errors import InputError
 
     try:
         return default_helm()

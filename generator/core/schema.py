@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from generator.paths import ROOT
+from generator.core.paths import ROOT
 
 SCHEMA_PATH = ROOT / "schemas" / "values.schema.json"
 
