@@ -14,7 +14,7 @@ the RayCluster's worker pods in the test bed (launcher_bed.RayBridge).
   is and `--force-conflicts` brings the GPU workers back.
 - Kueue: the RayCluster waits suspended in its LocalQueue while the quota is taken, the release
   (worker groups at 0) frees its GPU quota and the waiting cluster is admitted; `spec.suspend`
-  on an admitted cluster is undone by Kueue.
+  on an admitted cluster is undone by Kueue; a new run brings the workers back at once.
 
 The launcher's policy (a repeating failure, a stopped run, a refused run, GPUs that never come)
 runs against the newest KubeRay only: the operator's part there is the same release."""
@@ -472,6 +472,34 @@ def test_under_kueue_a_cluster_waits_in_its_queue_until_a_release_frees_the_gpu_
         assert [g["replicas"] for g in s.installed.raycluster()["spec"]["workerGroupSpecs"]] == [0]
     finally:
         other.uninstall()
+
+
+def test_under_kueue_a_new_run_brings_the_workers_back_at_once(make, kuberay):
+    """The resume under Kueue sets the groups' replicas and spec.suspend together: the cluster
+    waits suspended for its new Workload and KubeRay creates the workers once Kueue admits it.
+    (Replicas alone: KubeRay creates the workers at once, Kueue suspends the cluster and they are
+    deleted before KubeRay saw them; its scale expectations then hold the group until its next
+    periodic reconcile, 300 s later.)"""
+    s = make(kuberay, queues=True, kueue_queue="gpu-queue")
+    kueue_ready(s)
+    entry = stand_in(s.folder, "steps", STEPS)
+    spec, env = s.spec(new_id(), entrypoint=entry)
+    assert s.run(spec, env)[0] == 0
+    ns, name = s.installed.namespace, s.installed.name
+    wait_for("the released cluster's Workload admitted", lambda: one_admitted(s.kube, ns, name, 0), 120)
+    wait_ready(s.kube, name, ns)
+
+    second = new_id()
+    spec, env = s.spec(second, entrypoint=f"{entry} 0")
+    spec["timeouts"] = spec["timeouts"] | {"gpus_s": 90}
+    started = time.monotonic()
+    rc, out = s.run(spec, env)
+    assert rc == 0, out
+    restored = f"restored the GPU worker groups of RayCluster {ns}/{name} (gpu: 2), released when an earlier run ended"
+    assert f"{restored}; it waits suspended until Kueue admits them" in out
+    assert re.search(r"cluster ready: 16 GPUs on 3 nodes", out), out
+    assert f"run {second} succeeded" in out
+    assert time.monotonic() - started < 150
 
 
 def test_under_kueue_suspend_on_an_admitted_cluster_is_undone_by_kueue(make):
