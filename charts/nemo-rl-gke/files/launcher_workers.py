@@ -33,8 +33,9 @@ template), so Kueue owns all of it from the first admission. `helm upgrade --ser
 patches only what changed between the manifests, as Helm 3 does, and leaves the release as it is;
 `--force-conflicts` applies the chart's replicas, and Kueue queues the GPU workers again.
 
-Each patch is a JSON patch that first tests what it changes (the group's name at its index), so
-it never edits a cluster that differs from the one read.
+`spec.suspend` alone is a merge patch; a patch of the worker groups is a JSON patch that first
+tests what it changes (the group's name at its index), so it never edits a group that differs
+from the one read.
 """
 
 from __future__ import annotations
