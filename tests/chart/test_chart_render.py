@@ -568,6 +568,10 @@ def test_notes_explain_how_to_watch_and_reach_the_dashboard(helms):
     assert "owns the cluster-wide" not in quiet.split("NOTES:", 1)[1]
     kept = helm.run(["install", "nemo-rl", str(CHART), "--dry-run=client", "--set", "launcher.releaseGpus=false"])
     assert "the GPU workers stay up until `helm uninstall`" in kept.split("NOTES:", 1)[1]
+    # Under Kueue, how to upgrade (tests/cluster/test_launcher_release.py shows why)
+    assert "--server-side=false" not in notes
+    queued = helm.run(["install", "nemo-rl", str(CHART), "--dry-run=client", "--set", "kueue.enabled=true", "--set", "kueue.queueName=q"])
+    assert "Under Kueue, upgrade with Helm 4's `--server-side=false`" in queued.split("NOTES:", 1)[1]
 
 
 def test_rendered_yaml_is_plain(helm):

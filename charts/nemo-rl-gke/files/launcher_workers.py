@@ -2,23 +2,40 @@
 
 The launcher patches its own RayCluster through the Kubernetes API (a Role grants it `get` and
 `patch` on that one RayCluster, nothing else). KubeRay deletes the pods, and the cluster
-autoscaler removes their nodes once nothing asks for them.
+autoscaler removes their nodes once nothing asks for them. What follows was observed on the
+real API server with KubeRay v1.3.2 and v1.6.2 and Kueue v0.19.2 (tests/cluster/).
 
-- Without Kueue: `spec.suspend: true`. KubeRay (v1.3.2 and v1.7.0, no feature gate) deletes every
-  pod of the cluster, head included, and reports `status.state: suspended`. The chart never
-  renders `spec.suspend`, so `helm upgrade` leaves it as the launcher set it: Helm 3 patches a
-  custom resource with the difference between its old and new manifests, and Helm 4's
-  server-side apply only sends the fields the chart renders.
-- With Kueue: Kueue owns `spec.suspend` of an admitted RayCluster (it unsuspends one whose
-  Workload is admitted), so the launcher sets every worker group's `replicas` and `minReplicas`
-  to 0. KubeRay deletes the worker pods (with in-tree autoscaling off it removes the pods above
-  `replicas`, and `minReplicas` raises `replicas` below it); Kueue finds the cluster's pod sets no
-  longer match its Workload, deletes that Workload (its GPU quota is released) and admits a new
-  one without workers (the CPU head restarts under it).
+- Without Kueue: `spec.suspend: true`. KubeRay (no feature gate) deletes every pod of the
+  cluster, head included, and reports `status.state: suspended`. The chart never renders
+  `spec.suspend`, so `helm upgrade` leaves it as the launcher set it: Helm 3 patches a custom
+  resource with the difference between its old and new manifests, and Helm 4's server-side
+  apply only sends the fields the chart renders (also with `--force-conflicts`).
+- With Kueue: Kueue unsuspends an admitted RayCluster (the same Workload keeps its quota and
+  KubeRay recreates the pods), so the launcher sets every worker group's `replicas` and
+  `minReplicas` to 0. KubeRay deletes the worker pods (with in-tree autoscaling off it removes
+  the pods above `replicas`, and `minReplicas` raises `replicas` below it); Kueue finds the pod
+  sets no longer match its Workload, suspends the cluster (KubeRay deletes the head pod too) and
+  deletes that Workload (its GPU quota is released); once KubeRay no longer reports the cluster
+  ready, Kueue creates a Workload without GPU workers, admits it and unsuspends the cluster: the
+  CPU head starts again.
 
-A new run brings the workers back (`resume`): `spec.suspend: false`, or the groups' replicas
-again. Each patch is a JSON patch that first tests what it changes (the group's name at its
-index), so it never edits a cluster that differs from the one read.
+A new run brings the workers back (`resume`): `spec.suspend: false`; under Kueue the groups'
+replicas again together with `spec.suspend: true`, so the cluster waits suspended in its queue
+until Kueue admits a Workload with the workers and unsuspends it. (The replicas alone: KubeRay
+creates the worker pods at once, Kueue then suspends the cluster for its new Workload and they
+are deleted before KubeRay has seen them; KubeRay's scale expectations then hold the group, and
+on re-admission only the head comes back, the workers about 5 minutes later, at KubeRay's next
+periodic reconcile. Seen with KubeRay v1.6.2.)
+
+Under Kueue, Helm 4's server-side apply conflicts with Kueue on `.spec.workerGroupSpecs`: that
+list is atomic in KubeRay's CRD and Kueue's admission rewrites it (its pod-set label in each
+template), so Kueue owns all of it from the first admission. `helm upgrade --server-side=false`
+patches only what changed between the manifests, as Helm 3 does, and leaves the release as it is;
+`--force-conflicts` applies the chart's replicas, and Kueue queues the GPU workers again.
+
+`spec.suspend` alone is a merge patch; a patch of the worker groups is a JSON patch that first
+tests what it changes (the group's name at its index), so it never edits a group that differs
+from the one read.
 """
 
 from __future__ import annotations
@@ -95,9 +112,13 @@ def resume(workers: Workers, api: KubeApi) -> str:
     ops = _group_ops(cluster, lambda name, now: max(now, workers.groups.get(name, now)))
     if not ops:
         return ""
-    api.patch(workers.path, ops, JSON_PATCH)
+    # Suspended in the same patch: KubeRay creates no worker before Kueue has admitted them.
+    api.patch(workers.path, [*ops, {"op": "add", "path": "/spec/suspend", "value": True}], JSON_PATCH)
     wanted = ", ".join(f"{g}: {n}" for g, n in sorted(workers.groups.items()))
-    return f"restored the GPU worker groups of {workers.describe()} ({wanted}), released when an earlier run ended"
+    return (
+        f"restored the GPU worker groups of {workers.describe()} ({wanted}), released when an earlier run ended; "
+        "it waits suspended until Kueue admits them"
+    )
 
 
 def released(cluster: dict[str, Any]) -> bool:
