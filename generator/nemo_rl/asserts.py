@@ -57,8 +57,9 @@ COMMON = (
     "nemo_rl/distributed/virtual_cluster.py",
     # RayWorkerBuilder and RayWorkerGroup (training and vLLM workers)
     "nemo_rl/distributed/worker_groups.py",
-    # the per-node virtualenvs the worker groups build
+    # the per-node virtualenvs the worker groups build, and the Python each Ray actor runs
     "nemo_rl/utils/venvs.py",
+    "nemo_rl/distributed/ray_actor_environment_registry.py",
     # Policy.__init__ and its workers (v1 for the Gemma 3 recipe, v2 for the others)
     "nemo_rl/models/policy/lm_policy.py",
     "nemo_rl/models/policy/workers/dtensor_policy_worker.py",
@@ -75,6 +76,7 @@ COMMON = (
     "nemo_rl/data/datasets/response_datasets/__init__.py",
     "nemo_rl/data/datasets/response_datasets/response_dataset.py",
     "nemo_rl/data/datasets/response_datasets/gsm8k.py",
+    "nemo_rl/data/datasets/raw_dataset.py",
     # the math environment
     "nemo_rl/environments/utils.py",
     "nemo_rl/environments/math_environment.py",
