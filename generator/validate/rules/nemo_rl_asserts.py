@@ -342,7 +342,8 @@ def _grpo(ctx: Context) -> Iterator[Finding]:
     data.num_prompts_per_dataloader (v0.6.0+); dedicated generation not with the Megatron
     generation backend (v0.5.0, v0.6.0); skipping the reference logprobs only without a KL penalty
     (v0.7.0 in setup; v0.6.0 asserts it in grpo_train); an advantage estimator the release has
-    (_create_advantage_estimator, v0.6.0+); grpo_train, at its first checkpoint: a metric_name
+    (_create_advantage_estimator, v0.6.0+); dynamic sampling with at least one batch
+    (dynamic_sampling, at the first step); grpo_train and async_grpo_train, at its first checkpoint: a metric_name
     of 'train:...' or 'val:...'."""
     if ctx.run_config is None:
         return
@@ -378,6 +379,11 @@ def _grpo(ctx: Context) -> Iterator[Finding]:
                 f"true with loss_fn.reference_policy_kl_penalty {kl:g}: the KL penalty needs the reference logprobs",
                 "set loss_fn.reference_policy_kl_penalty=0 or drop it",
             )
+    most = _whole(_setting(ctx, "grpo.dynamic_sampling_max_gen_batches"))
+    if _on(ctx, "grpo.use_dynamic_sampling") and most is not None and most <= 0:
+        yield error(
+            ctx.where("grpo.dynamic_sampling_max_gen_batches"), f"{most}: dynamic sampling needs at least 1", "e.g. 10 (the recipe's)"
+        )
     names = {"v0.6.0": ("gdpo", "grpo", "reinforce_plus_plus"), "v0.7.0": ("gdpo", "grpo", "opd", "reinforce_plus_plus")}
     estimator = _setting(ctx, "grpo.adv_estimator.name")
     if rel is not None and rel.tag in names and _setting(ctx, "grpo.adv_estimator") is not None and estimator not in names[rel.tag]:
@@ -445,15 +451,77 @@ def _data(ctx: Context) -> Iterator[Finding]:
 
 def _async_grpo(ctx: Context) -> Iterator[Finding]:
     """examples/run_grpo.py main (run_grpo_math.py at v0.5.0): async GRPO refuses dynamic
-    sampling, reward scaling and reward shaping, and several dataloaders (v0.6.0+)."""
+    sampling, reward scaling and reward shaping, and several dataloaders (v0.6.0+).
+    nemo_rl/algorithms/grpo.py async_grpo_train, before its first step (v0.5.0 to v0.7.0): it
+    needs async rollouts (the vLLM async engine; v0.7.0 also Megatron's), importance-sampling
+    correction and dedicated generation, and (v0.7.0) no router replay with the data plane."""
     if not _on(ctx, "grpo.async_grpo.enabled"):
         return
-    clash = [k for k in ("grpo.use_dynamic_sampling",) if _on(ctx, k)]
-    clash += [k for k in ("grpo.reward_scaling.enabled", "grpo.reward_shaping.enabled") if _on(ctx, k)]
+    clash = [k for k in ("grpo.use_dynamic_sampling", "grpo.reward_scaling.enabled", "grpo.reward_shaping.enabled") if _on(ctx, k)]
     if _tag_at_least(ctx, "v0.6.0") and _on(ctx, "data.use_multiple_dataloader"):
         clash.append("data.use_multiple_dataloader")
     for key in clash:
         yield error(ctx.where(key), "true with grpo.async_grpo.enabled, which does not support it", "disable one of them")
+    if not _async_rollouts(ctx):
+        yield error(
+            ctx.where("grpo.async_grpo.enabled"),
+            "true without async rollouts: async GRPO needs the generation backend's async engine",
+            f"set {ASYNC_ENGINE}=true",
+        )
+    if not _on(ctx, "loss_fn.use_importance_sampling_correction"):
+        yield error(
+            ctx.where("loss_fn.use_importance_sampling_correction"),
+            "false with async GRPO, which needs importance-sampling correction for its off-policy samples",
+            "set loss_fn.use_importance_sampling_correction=true",
+        )
+    if _setting(ctx, "policy.generation.colocated.enabled") is not False:
+        yield error(
+            ctx.where("policy.generation.colocated.enabled"),
+            "colocated generation with async GRPO, which needs dedicated generation",
+            "python -m generator --generation-nodes N writes it",
+        )
+    if _tag_at_least(ctx, "v0.7.0") and _on(ctx, "policy.router_replay.enabled") and _on(ctx, "data_plane.enabled"):
+        yield error(ctx.where("policy.router_replay.enabled"), "true with async GRPO and data_plane.enabled", "disable one of them")
+
+
+def _async_rollouts(ctx: Context) -> bool:
+    """grpo.py _should_use_async_rollouts: the vLLM (or, v0.7.0, Megatron) async engine."""
+    backend = _setting(ctx, "policy.generation.backend")
+    if backend == "vllm":
+        return _on(ctx, ASYNC_ENGINE)
+    return backend == "megatron" and _tag_at_least(ctx, "v0.7.0") and _on(ctx, "policy.generation.mcore_generation_config.async_engine")
+
+
+def _nemo_gym(ctx: Context) -> Iterator[Finding]:
+    """nemo_rl/algorithms/grpo.py _should_use_nemo_gym (v0.5.0 to v0.7.0): NeMo-Gym needs async
+    rollouts and the generation server exposed over HTTP; v0.7.0's
+    _resolve_message_level_advantage_penalties: the invalid-tool-call and malformed-thinking
+    advantages need NeMo-Gym."""
+    gym = _on(ctx, "env.should_use_nemo_gym")
+    if gym and not _async_rollouts(ctx):
+        yield error(ctx.where("env.should_use_nemo_gym"), "true without async rollouts, which NeMo-Gym needs", f"set {ASYNC_ENGINE}=true")
+    elif gym and _setting(ctx, "policy.generation.backend") == "vllm" and not _on(ctx, f"{VLLM}.expose_http_server"):
+        yield error(ctx.where("env.should_use_nemo_gym"), "true, but vLLM's server is not exposed", f"set {VLLM}.expose_http_server=true")
+    if _tag_at_least(ctx, "v0.7.0") and not gym:
+        for key in ("grpo.invalid_tool_call_advantage", "grpo.malformed_thinking_advantage"):
+            if _setting(ctx, key) is not None:
+                yield error(ctx.where(key), "set, but it applies only on the NeMo-Gym path (env.should_use_nemo_gym)", "set it to null")
+
+
+def _math_env(ctx: Context) -> Iterator[Finding]:
+    """nemo_rl/environments/math_environment.py (v0.5.0 to v0.7.0): MathEnvironment.__init__
+    (BaseMathEnvironment.__init__ at v0.6.0+) takes a string verifier_type; HFVerifyWorker.verify,
+    at the first step's rewards, knows hf_math_verify and dapo_math_verify."""
+    impl = _setting(ctx, "env.math.math_verify_impl")
+    if impl is not None and impl not in ("hf_math_verify", "dapo_math_verify"):
+        yield error(
+            ctx.where("env.math.math_verify_impl"),
+            f"{impl!r}: the math environment knows hf_math_verify and dapo_math_verify, and fails at the first step's rewards",
+            "use hf_math_verify (the recipe's)",
+        )
+    verifier = _setting(ctx, "env.math.verifier_type")
+    if verifier is not None and not isinstance(verifier, str):
+        yield error(ctx.where("env.math.verifier_type"), f"{verifier!r} is not a name", "drop it")
 
 
 def _tokenizer(ctx: Context) -> Iterator[Finding]:
@@ -517,6 +585,8 @@ RULES = (
     _validation_data,
     _data,
     _async_grpo,
+    _nemo_gym,
+    _math_env,
     _tokenizer,
     _checkpoint,
     _cluster_settings,
