@@ -98,11 +98,30 @@ def _backend(ctx: Context) -> Iterator[Finding]:
                 f"{replicate} with the v1 DTensor worker (policy.dtensor_cfg._v2 false), which has no HSDP",
                 "set policy.dtensor_cfg._v2=true or dp_replicate_size=1",
             )
+    if megatron and not dtensor:
+        yield from _megatron_world(ctx)
     if _tag_at_least(ctx, "v0.6.0") and _on(ctx, "policy.draft.enabled"):
         if not megatron:
             yield error(ctx.where("policy.draft.enabled"), "a draft model needs the Megatron backend", "disable policy.draft")
         if _on(ctx, SEQUENCE_PACKING):
             yield error(ctx.where("policy.draft.enabled"), "a draft model does not support sequence packing", "disable one of them")
+
+
+def _megatron_world(ctx: Context) -> Iterator[Finding]:
+    """Policy.__init__'s world-size checks with the Megatron backend: the training GPUs at least,
+    and a multiple of, PP x CP x TP from policy.megatron_cfg (nemo_rl.py's rules check DTensor's)."""
+    train = _train_gpus(ctx)
+    sizes = {
+        k: _whole(_setting(ctx, f"policy.megatron_cfg.{k}")) or 1
+        for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+    }
+    model = sizes["tensor_model_parallel_size"] * sizes["pipeline_model_parallel_size"] * sizes["context_parallel_size"]
+    if train and train % model:
+        yield error(
+            ctx.where("policy.megatron_cfg.tensor_model_parallel_size"),
+            f"{train} training GPUs are not a multiple of Megatron TP x PP x CP = {model}",
+            "change the parallel sizes or the node split",
+        )
 
 
 def _batching(ctx: Context) -> Iterator[Finding]:
@@ -132,7 +151,8 @@ def _dtensor_worker(ctx: Context) -> Iterator[Finding]:
     nemo_rl/models/automodel/setup.py validate_and_prepare_config, setup_distributed and
     setup_model_and_optimizer (v0.6.0+): the precision, context parallelism with sequence packing,
     sequence parallelism or Gemma 3, LoRA's Triton kernels with TP > 1, CPU offload on one GPU, the
-    HSDP replication size, and the attention kernel sequence packing needs."""
+    HSDP replication size, the attention kernel sequence packing needs, and a list-form
+    policy.scheduler whose entries name a scheduler or give its milestones."""
     if _on(ctx, MEGATRON) or not _on(ctx, DTENSOR):
         return
     precision = _setting(ctx, "policy.precision")
@@ -172,6 +192,13 @@ def _dtensor_worker(ctx: Context) -> Iterator[Finding]:
             f"true with TP {tp}: LoRA's Triton kernels need tensor_parallel_size 1",
             "set policy.dtensor_cfg.lora_cfg.use_triton=false",
         )
+    scheduler = _setting(ctx, "policy.scheduler")
+    if isinstance(scheduler, list):
+        for i, part in enumerate(scheduler):
+            if not isinstance(part, dict) or ("name" not in part and "milestones" not in part):
+                yield error(
+                    ctx.where("policy.scheduler"), f"entry {i} has neither a name nor milestones", "see the recipe's policy.scheduler"
+                )
     if not _dtensor_v2(ctx) or not _tag_at_least(ctx, "v0.6.0"):
         return
     train = _train_gpus(ctx)
@@ -279,7 +306,8 @@ def _loss(ctx: Context) -> Iterator[Finding]:
     when its type is set at v0.7.0) needs the correction on, a ratio > 0, a known type (v0.6.0+),
     a minimum <= the ratio and, for icepop and seq-mask-tis, a minimum (v0.7.0), and seq-mask-tis
     no sequence-level ratios (v0.6.0+); CISPO (v0.7.0) excludes disable_ppo_ratio,
-    force_on_policy_ratio, sequence-level ratios and dual clipping, and needs token-level loss."""
+    force_on_policy_ratio, sequence-level ratios and dual clipping, and needs token-level loss.
+    nemo_rl/algorithms/utils.py calculate_kl, at the first training step: a KL type k1, k2 or k3."""
     if ctx.run_config is None:
         return
     seq_ratios = _on(ctx, "loss_fn.sequence_level_importance_ratios")
@@ -289,6 +317,13 @@ def _loss(ctx: Context) -> Iterator[Finding]:
             ctx.where("loss_fn.sequence_level_importance_ratios"),
             "true with token-level loss: sequence-level importance ratios need loss_fn.token_level_loss=false",
             "set loss_fn.token_level_loss=false or drop it",
+        )
+    kl_type = _setting(ctx, "loss_fn.reference_policy_kl_type")
+    if _number(_setting(ctx, "loss_fn.reference_policy_kl_penalty")) and kl_type is not None and kl_type not in ("k1", "k2", "k3"):
+        yield error(
+            ctx.where("loss_fn.reference_policy_kl_type"),
+            f"{kl_type!r}: the KL penalty knows k1, k2 and k3, and fails at the first training step",
+            "use k3 (the recipe's)",
         )
     v7, v6 = _tag_at_least(ctx, "v0.7.0"), _tag_at_least(ctx, "v0.6.0")
     kind = _setting(ctx, "loss_fn.truncated_importance_sampling_type")
@@ -340,7 +375,8 @@ def _grpo(ctx: Context) -> Iterator[Finding]:
     """nemo_rl/algorithms/grpo.py setup, v0.5.0 to v0.7.0 unless named: batch_multiplier only with
     dynamic sampling; with several dataloaders, prompts per step a multiple of
     data.num_prompts_per_dataloader (v0.6.0+); dedicated generation not with the Megatron
-    generation backend (v0.5.0, v0.6.0); skipping the reference logprobs only without a KL penalty
+    generation backend (v0.5.0, v0.6.0) nor with SGLang (refit_policy_generation at the first step,
+    v0.6.0+); skipping the reference logprobs only without a KL penalty
     (v0.7.0 in setup; v0.6.0 asserts it in grpo_train); an advantage estimator the release has
     (_create_advantage_estimator, v0.6.0+); dynamic sampling with at least one batch
     (dynamic_sampling, at the first step); grpo_train and async_grpo_train, at its first checkpoint: a metric_name
@@ -369,6 +405,12 @@ def _grpo(ctx: Context) -> Iterator[Finding]:
         yield error(
             ctx.where("policy.generation.colocated.enabled"),
             f"false with the Megatron generation backend, which {rel.tag} runs only colocated",
+            "use vLLM or colocated generation",
+        )
+    if _tag_at_least(ctx, "v0.6.0") and dedicated and _setting(ctx, "policy.generation.backend") == "sglang":
+        yield error(
+            ctx.where("policy.generation.colocated.enabled"),
+            "false with the SGLang generation backend, which runs only colocated",
             "use vLLM or colocated generation",
         )
     if _tag_at_least(ctx, "v0.6.0") and _on(ctx, "grpo.skip_reference_policy_logprobs_calculation"):
