@@ -238,7 +238,9 @@ def _vllm(ctx: Context) -> Iterator[Finding]:
     >= 8000 and top_p >= 0.99, as its vLLM V1 engine returns no logprobs after filtering; v0.6.0+:
     top_k -1, null or >= 1, top_p in (0, 1]). nemo_rl/algorithms/grpo.py setup: FP8 generation
     needs importance-sampling correction; an FP8 KV cache needs FP8 weights, the Megatron backend
-    with one pipeline stage, and no async rollouts."""
+    with one pipeline stage, and no async rollouts (the DTensor workers refuse it again at refit:
+    dtensor_policy_worker.py DTensorPolicyWorker and DTensorPolicyWorkerImpl, dtensor_policy_worker_v2.py
+    DTensorPolicyWorkerV2 and DTensorPolicyWorkerV2Impl)."""
     if _setting(ctx, "policy.generation.backend") != "vllm":
         return
     tp = _whole(_setting(ctx, f"{VLLM}.tensor_parallel_size")) or 1
