@@ -277,10 +277,10 @@ DECISIONS: dict[tuple[str, str], dict[str, Decision]] = {
         ),
     },
     (CLUSTER, "select_segment_nodes"): {
-        "raise ValueError(f'num_nodes ({num_nodes}) must be divisible by segment_size": rule(na._cluster_settings),
-        "raise ResourceInsufficientError": Excluded(
-            "the NVLink domains the nodes report at run time (GKE's KubeRay nodes report none: nemo_rl._release warns on a segment size)"
-        ),
+        "": Excluded(
+            "reached only when the nodes report NVLink domains (prepare_segment_topology); GKE's KubeRay nodes report none, "
+            "so a segment size falls back to unordered placement, which nemo_rl._release warns of"
+        )
     },
     (CLUSTER, "_sort_bundle_indices_by_topology"): {
         "": rule(nemo_rl.check, note="cluster.gpus_per_node is a required override; the generator always writes it")

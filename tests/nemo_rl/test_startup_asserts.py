@@ -28,7 +28,7 @@ def test_the_committed_list_is_what_the_carried_source_gives():
 def test_the_list_covers_every_release_at_its_configs_commit():
     data = json.loads(asserts.TABLE.read_text(encoding="utf-8"))
     assert list(data) == list(RELEASES)
-    assert asserts.SRC == NEMO_RL_SRC.root
+    assert NEMO_RL_SRC.root == asserts.SRC
     for tag, entry in data.items():
         assert entry["commit"] == RELEASES[tag].commit == NEMO_RL_SRC.versions[tag]
         assert entry["files"][0] == asserts.entry_script(tag) and "nemo_rl/algorithms/grpo.py" in entry["files"]

@@ -318,7 +318,6 @@ REFUSED = [
         where("checkpointing.model_save_format"),
         "first checkpoint",
     ),
-    ("segment-size", "v0.7.0", {"nodes": 4}, ["cluster.segment_size=3"], where("cluster.segment_size"), "does not divide the 4 nodes"),
 ]
 
 
@@ -409,7 +408,6 @@ OBEYED = [
     ("chat-template-kwargs", "v0.6.0", {}, ["policy.tokenizer.chat_template_kwargs={enable_thinking:true}"]),
     ("v1-save-format-null", "v0.7.0", {"model": "gemma3-27b"}, ["checkpointing.save_period=5"]),
     ("v2-save-format", "v0.7.0", {}, ["checkpointing.model_save_format=torch_save"]),
-    ("segment-size", "v0.7.0", {"nodes": 4}, ["cluster.segment_size=2"]),
 ]
 
 

@@ -594,21 +594,8 @@ def _checkpoint(ctx: Context) -> Iterator[Finding]:
 
 
 def _cluster_settings(ctx: Context) -> Iterator[Finding]:
-    """v0.7.0's nemo_rl/distributed/virtual_cluster.py select_segment_nodes: the nodes a cluster
-    gets (all of them colocated, the training nodes with dedicated generation, grpo.py setup) must
-    be a multiple of cluster.segment_size. RayVirtualCluster._init_placement_groups (v0.5.0 to
+    """nemo_rl/distributed/virtual_cluster.py RayVirtualCluster._init_placement_groups (v0.5.0 to
     v0.7.0): NRL_VIRTUAL_CLUSTER_MAX_RETRIES a whole number > 0."""
-    seg = _whole(_setting(ctx, "cluster.segment_size"))
-    placed = ctx.placement
-    gpn = _whole(_setting(ctx, "cluster.gpus_per_node"))
-    if _tag_at_least(ctx, "v0.7.0") and seg and seg > 0 and placed is not None and not placed.issues and gpn and not placed.shared_node:
-        nodes = placed.train_gpus // gpn
-        if nodes % seg:
-            yield error(
-                ctx.where("cluster.segment_size"),
-                f"{seg} does not divide the {nodes} {'training ' if not placed.colocated else ''}nodes",
-                "set it to null (the base config's value)",
-            )
     for env in ctx.values.get("extraEnv") or []:
         if env.get("name") == "NRL_VIRTUAL_CLUSTER_MAX_RETRIES":
             value = str(env.get("value", ""))
