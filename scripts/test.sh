@@ -24,6 +24,8 @@ echo "==> ruff (lint and format)"
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check . >&2; echo "error: run .venv/bin/ruff format ." >&2; exit 1; }
 echo "==> vendored data (scripts/vendor.sh check)"
 scripts/vendor.sh check | sed 's/^/    /'
+echo "==> NeMo RL start-up asserts (scripts/nemo-rl-asserts.sh --check)"
+scripts/nemo-rl-asserts.sh --check
 
 # pytest's exit 5 means it collected nothing: a lane that runs no test fails.
 run_pytest() {
