@@ -312,7 +312,9 @@ DECISIONS: dict[tuple[str, str], dict[str, Decision]] = {
         "raise ValueError(f'World size ({actual_world_size}) must be divisible": rule(
             nemo_rl._placement_and_parallelism, na._backend, note="DTensor's TP x CP; Megatron's TP x PP x CP"
         ),
-        "assert config['train_micro_batch_size'] == config['logprob_batch_size']": rule(nemo_rl._placement_and_parallelism),
+        "assert config['train_micro_batch_size'] == config['logprob_batch_size']": rule(
+            nemo_rl._placement_and_parallelism, note="_tp_accuracy, with DTensor's TP; Megatron's TP >= 4 is not checked"
+        ),
         "assert pp_size == 1": rule(na._batching),
         "assert not config['sequence_packing']['enabled']": rule(na._batching),
         "assert not config['dynamic_batching']['enabled']": rule(na._batching),
