@@ -10,6 +10,7 @@
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 - docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
+- docs/values.md start-up asserts table  <- generator/nemo_rl/startup_asserts.json and assert_decisions.py
 - tests/chart/snapshots/<scenario>.yaml   <- helm template of each ci/ scenario and example (pinned Helm 4),
                                            so a reviewer sees every template change as rendered YAML
 """
@@ -28,6 +29,7 @@ from generator.core.paths import CHART_DIR, ROOT
 from generator.core.schema import SCHEMA_PATH, load_schema
 from generator.generate import render_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
+from generator.validate.assert_coverage import replace_asserts_table
 from generator.values.docs import replace_releases_table, replace_table, values_table
 from generator.values.options import generate_argv, options_from_args
 from generator.values.schema_tables import synced_schema_text
@@ -63,7 +65,7 @@ EXAMPLES: dict[str, list[str]] = {
 
 
 def _releases_doc() -> str:
-    return replace_releases_table((ROOT / "docs" / "values.md").read_text(encoding="utf-8"))
+    return replace_asserts_table(replace_releases_table((ROOT / "docs" / "values.md").read_text(encoding="utf-8")))
 
 
 SNAPSHOTS_DIR = ROOT / "tests" / "chart" / "snapshots"

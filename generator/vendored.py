@@ -1,6 +1,6 @@
 """Third-party data the product reads, carried in the repository under `vendor/`.
 
-Three sets, each copied unmodified from a public repository, with a provenance note and a checksum
+Four sets, each copied unmodified from a public repository, with a provenance note and a checksum
 list (`PROVENANCE.md`, `SHA256SUMS`) that this module writes and a test verifies:
 
 - `vendor/kuberay/<version>/`: the KubeRay CRDs (RayCluster, RayJob) of the operator versions
@@ -9,11 +9,15 @@ list (`PROVENANCE.md`, `SHA256SUMS`) that this module writes and a test verifies
   the repository's own layout so each recipe's `defaults:` chain resolves; `validate` and
   `rehearse` merge the chosen release's own recipe from here;
 - `vendor/gke-networking-api/<version>/`: the CRDs of GKE's multi-networking kinds (`Network`,
-  `GKENetworkParamSet`), which the test bed's real API server serves.
+  `GKENetworkParamSet`), which the test bed's real API server serves;
+- `vendor/nemo-rl-src/<tag>/`: the Python files of each release's GRPO start-up path, in the
+  repository's own layout, at the same commit as its configs; generator/nemo_rl/asserts.py lists
+  every `assert` and `raise` in them (generator/nemo_rl/startup_asserts.json).
 
 The files are data, never hand-edited: `scripts/vendor.sh FOLDER` refreshes every set from a
-folder laid out as `crds/kuberay-<version>/*.yaml`, `nemo-rl/<tag>/examples/configs/...` and
-`crds/gke-networking-api-<version>/*.yaml`.
+folder laid out as `crds/kuberay-<version>/*.yaml`, `nemo-rl/<tag>/examples/configs/...`,
+`crds/gke-networking-api-<version>/*.yaml` and `nemo-rl-src/<tag>/...` (the last written by
+`scripts/nemo-rl-asserts.sh stage GIT_DIR FOLDER` from a git mirror of NVIDIA-NeMo/RL).
 Nothing here reads a path outside the repository.
 """
 
@@ -58,6 +62,7 @@ class DataSet:
     versions: dict[str, str]  # version -> upstream commit (or what pins it, named by `pinned_by`)
     purpose: str
     pinned_by: str = "commit"
+    pattern: str = "*.yaml"  # the files refresh copies from each version's folder
 
     @property
     def root(self) -> Path:
@@ -103,7 +108,19 @@ GKE_NETWORKING = DataSet(
     pinned_by="Go module hash",
 )
 
-SETS: tuple[DataSet, ...] = (KUBERAY, NEMO_RL, GKE_NETWORKING)
+NEMO_RL_SRC = DataSet(
+    name="nemo-rl-src",
+    repository="NVIDIA-NeMo/RL",
+    license="Apache-2.0",
+    upstream_path="the same relative path (examples/run_grpo*.py, nemo_rl/...)",
+    source_folder="nemo-rl-src/{version}",
+    versions={tag: r.commit for tag, r in RELEASES.items()},  # the same commits as the configs
+    purpose="The GRPO start-up path's source of each release, read (never imported) by generator/nemo_rl/asserts.py "
+    "to list its asserts and raises.",
+    pattern="*.py",
+)
+
+SETS: tuple[DataSet, ...] = (KUBERAY, NEMO_RL, GKE_NETWORKING, NEMO_RL_SRC)
 REFRESH = "scripts/vendor.sh refresh FOLDER"
 
 
@@ -247,15 +264,23 @@ def _needed_recipes() -> list[tuple[str, str]]:
     return [(tag, m.recipe) for tag in NEMO_RL.versions for m in MODELS.values()]
 
 
+def _needed_sources(tag: str) -> tuple[str, ...]:
+    """The start-up files every release must have: its entry script and grpo.py (the others are
+    listed where the release has them: generator/nemo_rl/asserts.py)."""
+    from generator.nemo_rl.asserts import entry_script
+
+    return (entry_script(tag), "nemo_rl/algorithms/grpo.py")
+
+
 def _stage(data: DataSet, source: Path, stage: Path) -> None:
     for version in data.versions:
         src = source / data.source_folder.format(version=version)
         if not src.is_dir():
             layout = data.source_folder.format(version="<version>")
             raise MissingDataError(f"{src}: missing", f"give a folder holding {layout}/ for {version}")
-        files = sorted(p for p in src.rglob("*.yaml") if p.is_file())
+        files = sorted(p for p in src.rglob(data.pattern) if p.is_file())
         if not files:
-            raise MissingDataError(f"{src}: holds no .yaml files", f"copy {data.repository} {version}'s files there")
+            raise MissingDataError(f"{src}: holds no {data.pattern[1:]} files", f"copy {data.repository} {version}'s files there")
         for p in files:
             dest = stage / version / p.relative_to(src)
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -278,6 +303,13 @@ def refresh(source: Path, vendor: Path = VENDOR) -> list[str]:
                 if not p.is_file():
                     missing = p.relative_to(staged[NEMO_RL.name].resolve() / tag)
                     raise MissingDataError(f"{source}: NeMo RL {tag} lacks {missing}", f"copy it from {NEMO_RL.repository} at {tag}")
+        for tag in NEMO_RL_SRC.versions:
+            for path in _needed_sources(tag):
+                if not (staged[NEMO_RL_SRC.name] / tag / path).is_file():
+                    raise MissingDataError(
+                        f"{source}: NeMo RL {tag}'s start-up source lacks {path}",
+                        "write it with scripts/nemo-rl-asserts.sh stage GIT_DIR FOLDER",
+                    )
         report = []
         vendor.mkdir(exist_ok=True)
         for data in SETS:
@@ -294,7 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/vendor.sh", description="check or refresh the data under vendor/")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="verify every file against its SHA256SUMS")
-    r = sub.add_parser("refresh", help="copy every set from FOLDER (crds/kuberay-<v>/, nemo-rl/<tag>/, crds/gke-networking-api-<v>/)")
+    r = sub.add_parser(
+        "refresh", help="copy every set from FOLDER (crds/kuberay-<v>/, nemo-rl/<tag>/, crds/gke-networking-api-<v>/, nemo-rl-src/<tag>/)"
+    )
     r.add_argument("folder", type=Path)
     args = p.parse_args(argv)
     try:

@@ -26,6 +26,8 @@ echo "==> import layers (lint-imports, .importlinter)"
 .venv/bin/lint-imports --no-cache >/dev/null || { .venv/bin/lint-imports --no-cache >&2; exit 1; }
 echo "==> vendored data (scripts/vendor.sh check)"
 scripts/vendor.sh check | sed 's/^/    /'
+echo "==> NeMo RL start-up asserts (scripts/nemo-rl-asserts.sh --check)"
+scripts/nemo-rl-asserts.sh --check
 
 # pytest's exit 5 means it collected nothing: a lane that runs no test fails.
 run_pytest() {

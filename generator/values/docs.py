@@ -113,9 +113,14 @@ def releases_table() -> str:
     return "\n".join(rows)
 
 
+def replace_between(text: str, start: str, end: str, body: str) -> str:
+    """`text` with what stands between the markers `start` and `end` replaced by `body`."""
+    if start not in text or end not in text:
+        raise ValueError(f"the document lacks the markers {start} and {end}")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def replace_releases_table(text: str) -> str:
-    if RELEASES_START not in text or RELEASES_END not in text:
-        raise ValueError("docs/values.md lacks the releases-table markers")
-    head, rest = text.split(RELEASES_START, 1)
-    _, tail = rest.split(RELEASES_END, 1)
-    return f"{head}{RELEASES_START}\n{releases_table()}\n{RELEASES_END}{tail}"
+    return replace_between(text, RELEASES_START, RELEASES_END, releases_table())

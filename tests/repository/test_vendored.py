@@ -15,7 +15,7 @@ from conftest import ROOT
 from generator import vendored
 from generator.nemo_rl.releases import RELEASES
 from generator.nemo_rl.run_spec import MODELS
-from generator.vendored import GKE_NETWORKING, KUBERAY, NEMO_RL, SETS, MissingDataError
+from generator.vendored import GKE_NETWORKING, KUBERAY, NEMO_RL, NEMO_RL_SRC, SETS, MissingDataError
 
 
 @pytest.mark.parametrize("data", SETS, ids=lambda d: d.name)
@@ -75,6 +75,8 @@ def _fixtures_folder(tmp_path: Path) -> Path:
         shutil.copytree(NEMO_RL.root / tag, src / "nemo-rl" / tag)
     for version in GKE_NETWORKING.versions:
         shutil.copytree(GKE_NETWORKING.root / version, src / "crds" / f"gke-networking-api-{version}")
+    for tag in NEMO_RL_SRC.versions:
+        shutil.copytree(NEMO_RL_SRC.root / tag, src / "nemo-rl-src" / tag)
     return src
 
 
@@ -82,7 +84,12 @@ def test_refresh_rewrites_the_same_tree_from_a_folder(tmp_path):
     src = _fixtures_folder(tmp_path)
     out = tmp_path / "vendor"
     report = vendored.refresh(src, out)
-    assert report == [f"{out / 'kuberay'}: 4 files", f"{out / 'nemo-rl'}: 18 files", f"{out / 'gke-networking-api'}: 2 files"]
+    assert report == [
+        f"{out / 'kuberay'}: 4 files",
+        f"{out / 'nemo-rl'}: 18 files",
+        f"{out / 'gke-networking-api'}: 2 files",
+        f"{out / 'nemo-rl-src'}: 72 files",
+    ]
     for data in SETS:
         for p in sorted(data.root.rglob("*")):
             if p.is_file():
@@ -100,9 +107,26 @@ def test_refresh_refuses_a_folder_missing_a_defaults_parent_and_changes_nothing(
     assert [p.name for p in out.rglob("*")] == ["kuberay", "keep"]
 
 
+def test_refresh_refuses_a_release_without_its_start_up_source_and_changes_nothing(tmp_path):
+    src = _fixtures_folder(tmp_path)
+    (src / "nemo-rl-src" / "v0.5.0" / "examples" / "run_grpo_math.py").unlink()
+    out = tmp_path / "vendor"
+    out.mkdir()
+    with pytest.raises(MissingDataError, match=r"NeMo RL v0\.5\.0's start-up source lacks examples/run_grpo_math\.py"):
+        vendored.refresh(src, out)
+    assert list(out.iterdir()) == []
+
+
+def test_the_start_up_source_is_at_the_configs_commits_and_only_python():
+    assert NEMO_RL_SRC.versions == NEMO_RL.versions
+    for tag in NEMO_RL_SRC.versions:
+        files = [p for p in (NEMO_RL_SRC.root / tag).rglob("*") if p.is_file()]
+        assert files and all(p.suffix == ".py" for p in files)
+
+
 def test_the_script_checks_and_refuses_with_one_line(tmp_path):
     ok = subprocess.run([str(ROOT / "scripts" / "vendor.sh"), "check"], capture_output=True, text=True, check=False)
-    assert ok.returncode == 0 and ok.stdout == "vendor/: 24 files match their checksums\n"
+    assert ok.returncode == 0 and ok.stdout == "vendor/: 96 files match their checksums\n"
     bad = subprocess.run([str(ROOT / "scripts" / "vendor.sh"), "refresh", str(tmp_path)], capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr == f"error: {tmp_path}/crds/kuberay-v1.3.2: missing - give a folder holding crds/kuberay-<version>/ for v1.3.2\n"

@@ -127,6 +127,11 @@ def _reward(ctx: Context) -> Iterator[Finding]:
 
 
 def _cluster(ctx: Context) -> Iterator[Finding]:
+    """The GPUs NeMo RL asks Ray for are the worker groups' (v0.5.0 to v0.7.0): grpo.py setup builds
+    its clusters from cluster.num_nodes x cluster.gpus_per_node (asserting GPUs per node > 0 and, at
+    v0.7.0, enough alive nodes); nemo_rl/distributed/virtual_cluster.py RayVirtualCluster.__init__
+    asserts num_gpus_per_node > 0 and _create_placement_groups_internal raises 'Not enough GPUs
+    available', which _init_placement_groups retries and then gives up on."""
     nodes, gpn = _int(ctx, "cluster.num_nodes"), _int(ctx, "cluster.gpus_per_node")
     if nodes is None or gpn is None:
         return
@@ -180,6 +185,12 @@ def _placement_findings(placed: Placement, nodes: int, gpn: int, gen_nodes: int 
 
 
 def _placement_and_parallelism(ctx: Context) -> Iterator[Finding]:
+    """The GPU split and the parallel sizes NeMo RL asserts at start (v0.5.0 to v0.7.0):
+    nemo_rl/algorithms/grpo.py setup (the generation placement: generation nodes and GPUs, training
+    left over); lm_policy.py Policy.__init__ (training GPUs a multiple of PP x CP x TP, and the TP >= 4
+    micro/logprob batch rule in _tp_accuracy); dtensor_policy_worker.py DTensorPolicyWorker.__init__
+    (DTensorPolicyWorkerImpl.__init__ at v0.6.0+: world size = DP x TP x CP); vllm_generation.py
+    VllmGeneration.__init__ (generation GPUs a multiple of vLLM TP x PP)."""
     nodes, gpn = _int(ctx, NUM_NODES), _int(ctx, GPUS_PER_NODE)
     tp = _int(ctx, "policy.dtensor_cfg.tensor_parallel_size")
     vtp = _int(ctx, "policy.generation.vllm_cfg.tensor_parallel_size")
@@ -248,8 +259,10 @@ def _batches(ctx: Context, train_gpus: int, tp: int, cp: int) -> Iterator[Findin
             f"the per-rank batch {gbs // dp} is not divisible by the micro-batch {micro}",
             "use a divisor of the per-rank batch",
         )
+    # nemo_rl/algorithms/grpo.py async_grpo_train asserts the samples per step divisible by the
+    # data-parallel size (v0.5.0 to v0.7.0): the checks above imply it.
     if _on_policy_ratio(ctx) and gbs != samples:
-        # grpo.setup asserts it (v0.5.0 to v0.7.0): "force_on_policy_ratio requires
+        # grpo.py setup asserts it (v0.5.0 to v0.7.0): "force_on_policy_ratio requires
         # train_global_batch_size == num_prompts_per_step * num_generations_per_prompt".
         yield error(
             override_key("policy.train_global_batch_size"),
@@ -308,6 +321,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     if not ctx.grpo.get("enabled", True):
         return
     yield from _syntax(ctx)
+    # Required, among others, because v0.7.0's nemo_rl/distributed/virtual_cluster.py
+    # _sort_bundle_indices_by_topology needs cluster.gpus_per_node.
     for key in REQUIRED:
         if key not in ctx.overrides:
             yield error(

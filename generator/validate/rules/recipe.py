@@ -27,6 +27,8 @@ def _in_image(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    """What nemo_rl/utils/config.py refuses at start (v0.5.0 to v0.7.0): load_config_with_inheritance
+    a recipe that is not a mapping, parse_hydra_overrides an override Hydra cannot apply."""
     if not ctx.grpo.get("enabled", True):
         return
     yield from _in_image(ctx)

@@ -81,7 +81,9 @@ def _head_ray_cpus(ctx: Context) -> Iterator[Finding]:
 def _worker_ray_cpus(ctx: Context) -> Iterator[Finding]:
     """Every GPU node needs its placement groups' CPUs and one more for NeMo RL's per-node
     virtualenv reservation (placement.VENV_RESERVATION_CPUS), with colocated and dedicated
-    generation alike."""
+    generation alike. Fewer, and nemo_rl/distributed/virtual_cluster.py
+    RayVirtualCluster._create_placement_groups_internal raises 'Not enough CPUs available'
+    (v0.5.0 to v0.7.0), or the reservation waits forever."""
     worker = ctx.values["worker"]
     worker_ray = ray_cpus(worker["resources"], worker.get("rayStartParams", {}))
     placed = ctx.placement
