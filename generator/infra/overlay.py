@@ -4,8 +4,11 @@ generator validate values-<gpu>.yaml -f values-infra.yaml`.
 
 Everything but the Lustre instance's address is known when the script is generated, so the
 overlay is YAML written here, with two shell variables the script fills from `gcloud lustre
-instances describe`. Lists replace lists when Helm merges values, so `workerGroups` and
-`network.rdma` are written whole, as the generator writes them for the same options.
+instances describe`. Helm replaces a list whole when it merges values, so the overlay carries
+no list the user edits: `workerGroups` (replicas, provisioning, reservations, node selectors,
+tolerations) has one home, the user's values file, which the generator writes from the same
+options the script prints; the overlay only names the pools it made, in a comment.
+`network.rdma` is the script's own (the networks it made) and is written whole.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import yaml
 from generator.gke.profiles import profile
 from generator.infra.kueue import TOPOLOGY_LEVELS
 from generator.infra.options import InfraOptions, reservation_name, reservation_project
-from generator.values.build import network_values, worker_group
+from generator.values.build import network_values
 
 IP, FILESYSTEM = "@LUSTRE_IP@", "@LUSTRE_FS@"
 
@@ -40,7 +43,7 @@ if [ "$DRY_RUN" = 1 ]; then
   printf '%%s\\n' "$overlay" | sed 's/^/    | /'
 else
   printf '%%s\\n' "$overlay" >"$VALUES_OUT"
-  printf '\\nWrote %%s: the Lustre volume (%%s), networks, worker groups%(kueue_note)s for the chart.\\n' "$VALUES_OUT" \\
+  printf '\\nWrote %%s: the Lustre volume (%%s), networks%(kueue_note)s for the chart (your values file keeps the worker groups).\\n' "$VALUES_OUT" \\
     "$PROJECT/$ZONE/$LUSTRE_INSTANCE"
 fi
 cat <<EOF
@@ -66,12 +69,6 @@ A run of your own on this cluster: %(generate)s, then the same with %(values_fil
 def values(o: InfraOptions) -> dict[str, Any]:
     """The overlay's content, with IP and FILESYSTEM standing for the instance's address."""
     p = profile(o.gpu)
-    groups = []
-    for g in o.worker_groups:
-        owner = reservation_project(g.reservation)
-        groups.append(
-            worker_group(g.name, g.replicas, g.provisioning, reservation_name(g.reservation), owner if owner != o.project else "")
-        )
     out: dict[str, Any] = {
         "storage": {
             "lustre": {
@@ -82,7 +79,6 @@ def values(o: InfraOptions) -> dict[str, Any]:
             }
         },
         "network": {k: v for k, v in network_values(o.network_prefix, p.rdma_nics).items() if k in ("gvnic", "rdma")},
-        "workerGroups": groups,
     }
     if o.kueue:
         out["kueue"] = {"enabled": True, "queueName": o.kueue_queue, "topology": topology_values(o)}
@@ -93,10 +89,24 @@ def topology_values(o: InfraOptions) -> dict[str, str]:
     return {"mode": o.topology, "level": TOPOLOGY_LEVELS[0]}
 
 
+def _pools(o: InfraOptions) -> str:
+    """The GPU pools the script made, for the overlay's header (the values file holds the groups)."""
+    parts = []
+    for g in o.worker_groups:
+        how = g.provisioning
+        if g.reservation:
+            owner = reservation_project(g.reservation)
+            how += f" {reservation_name(g.reservation)}" + (f" of project {owner}" if owner and owner != o.project else "")
+        parts.append(f"{g.name}={g.replicas} ({how})")
+    return ", ".join(parts)
+
+
 def text(o: InfraOptions) -> str:
     header = (
         "# Written by the nemo-rl-gke infra script: what it created, in the chart's keys.\n"
         f"# Use it after the generator's file: -f values-{o.gpu}.yaml -f {o.values_out}\n"
+        f"# GPU pools made: {_pools(o)}. workerGroups is not set here: your values file holds it,\n"
+        "# so your edits to it (replicas, tolerations, node selectors) stay when both are installed.\n"
     )
     body = yaml.safe_dump(values(o), sort_keys=False)
     return header + body.replace(IP, "$lustre_ip").replace(FILESYSTEM, "$lustre_fs")

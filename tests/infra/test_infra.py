@@ -665,6 +665,35 @@ def test_printed_next_steps_validate_and_render_the_lustre_volume_from_the_overl
     assert "valid: 1 file(s), 0 error(s), 0 warning(s)" in capsys.readouterr().err  # no placeholder left
 
 
+def test_a_hand_edited_worker_group_survives_the_overlay_as_installed(scripts, cloud, helms, capsys):
+    """Helm replaces a list whole when it merges values: an overlay carrying `workerGroups` would undo
+    the user's edits to it. Installed as documented (`-f values.yaml -f values-infra.yaml`), each edit stays."""
+    run = cloud.run(scripts["h200-standard-scale-out"])
+    assert run.rc == 0, run.stderr
+    printed = _printed_commands(run.stdout)
+    values_file = cloud.root / "values-h200.yaml"
+    assert cli.main([*printed["generate"], "-o", str(values_file)]) == 0
+    values = yaml.safe_load(values_file.read_text())
+    edited = values["workerGroups"][-1]
+    edited["replicas"] += 1
+    edited["tolerations"] = [{"key": "team", "operator": "Equal", "value": "rl", "effect": "NoSchedule"}]
+    edited["nodeSelector"] = {"example.com/rack": "r7"}
+    values_file.write_text(yaml.safe_dump(values, sort_keys=False))
+    files = [values_file, cloud.root / "values-infra.yaml"]
+    for helm in helms:
+        objs = parse_documents(helm.template(files, release="nemo-rl", namespace="nemo-rl"))
+        rc = next(o for o in objs if o["kind"] == "RayCluster")
+        spec = {g["groupName"]: g for g in rc["spec"]["workerGroupSpecs"]}
+        assert set(spec) == {g["name"] for g in values["workerGroups"]}
+        group = spec[edited["name"]]
+        assert group["replicas"] == edited["replicas"]
+        pod = group["template"]["spec"]
+        assert edited["tolerations"][0] in pod["tolerations"]
+        assert pod["nodeSelector"]["example.com/rack"] == "r7"
+        pv = next(o for o in objs if o["kind"] == "PersistentVolume")
+        assert pv["spec"]["csi"]["volumeAttributes"]["ip"] == "10.90.0.5"  # the overlay still brings the Lustre instance
+
+
 def test_a_reservation_path_gives_the_values_command_its_name_and_project(tmp_path, capsys):
     path = "projects/other-proj/reservations/res-a/reservationBlocks/blk-1"
     assert cli.main(["infra", "--gpu", "h200", *BASE, "--provisioning", "reservation", "--reservation", path]) == 0
@@ -675,7 +704,7 @@ def test_a_reservation_path_gives_the_values_command_its_name_and_project(tmp_pa
     assert cli.main([*line.split()[3:], "-o", str(tmp_path / "v.yaml")]) == 0  # the printed command works
     groups = yaml.safe_load((tmp_path / "v.yaml").read_text())["workerGroups"]
     assert (groups[0]["reservationName"], groups[0]["reservationProject"]) == ("res-a", "other-proj")
-    assert "reservationProject: other-proj" in script  # and the overlay says the same
+    assert "# GPU pools made: gpu=2 (reservation res-a of project other-proj)." in script  # and the overlay names the pool
 
 
 # --- the generator command itself --------------------------------------------------------------
@@ -966,10 +995,10 @@ def test_the_scale_out_example_comes_up_with_its_pools_kueue_and_topology(script
             assert len(fits) == 1, (g["groupName"], fits)
             assert int(quota[fits[0]]["nvidia.com/gpu"]) >= g["replicas"] * 8
     assert "valid: 1 file(s), 0 error(s), 0 warning(s)" in capsys.readouterr().err
-    # the committed example has the same groups and queue, so it installs with this overlay too
+    # the committed example has the same queue, and the overlay leaves its groups alone, so it installs with this overlay too
     example = yaml.safe_load((ROOT / "examples" / "scale-out-h200.yaml").read_text())
     overlay = yaml.safe_load((cloud.root / "values-infra.yaml").read_text())
-    assert overlay["workerGroups"] == example["workerGroups"]
+    assert "workerGroups" not in overlay
     assert overlay["kueue"]["queueName"] == example["kueue"]["queueName"]
     assert cli.main(["validate", str(ROOT / "examples" / "scale-out-h200.yaml"), "-f", str(cloud.root / "values-infra.yaml")]) == 0
 

@@ -391,6 +391,8 @@ overlay="$(
   cat <<EOF
 # Written by the nemo-rl-gke infra script: what it created, in the chart's keys.
 # Use it after the generator's file: -f values-b200.yaml -f values-infra.yaml
+# GPU pools made: gpu=2 (spot). workerGroups is not set here: your values file holds it,
+# so your edits to it (replicas, tolerations, node selectors) stay when both are installed.
 storage:
   lustre:
     volumeHandle: my-project/us-central1-b/nemo-rl-lustre
@@ -427,16 +429,6 @@ network:
   - name: rdma-7
     vpc: nemo-rl-rdma-net
     subnet: nemo-rl-rdma-sub-7
-workerGroups:
-- name: gpu
-  replicas: 2
-  provisioning: spot
-  reservationName: ''
-  reservationProject: ''
-  nodeSelector: {}
-  tolerations: []
-  labels: {}
-  annotations: {}
 EOF
 )"
 if [ "$DRY_RUN" = 1 ]; then
@@ -444,7 +436,7 @@ if [ "$DRY_RUN" = 1 ]; then
   printf '%s\n' "$overlay" | sed 's/^/    | /'
 else
   printf '%s\n' "$overlay" >"$VALUES_OUT"
-  printf '\nWrote %s: the Lustre volume (%s), networks, worker groups for the chart.\n' "$VALUES_OUT" \
+  printf '\nWrote %s: the Lustre volume (%s), networks for the chart (your values file keeps the worker groups).\n' "$VALUES_OUT" \
     "$PROJECT/$ZONE/$LUSTRE_INSTANCE"
 fi
 cat <<EOF
