@@ -135,6 +135,9 @@ def read_limited(path: Path, limit: int) -> bytes:
 
 
 def load_values(path: Path) -> Any:
+    """The one input policy of every command that reads a values file: a regular file of at most
+    MAX_BYTES, UTF-8, YAML without duplicate keys or alias bombs, and not empty. Each refusal is
+    one line naming the file."""
     raw = read_limited(path, MAX_BYTES)
     if len(raw) > MAX_BYTES:
         raise InputError(f"{path}: larger than {MAX_BYTES // 1024} KiB; not a values file")
@@ -142,7 +145,18 @@ def load_values(path: Path) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
-    return parse_yaml(text, str(path))
+    doc = parse_yaml(text, str(path))
+    if doc == {} and not _sets_empty_mapping(text):
+        raise InputError(
+            f"{path}: is empty (no values in it); give the values file you meant (python -m generator writes one), "
+            "or write {} in it to set nothing"
+        )
+    return doc
+
+
+def _sets_empty_mapping(text: str) -> bool:
+    """Whether a document that parsed to {} says so (`{}`), rather than being empty, comments or null."""
+    return yaml.safe_load(text) == {}
 
 
 # --- writing ------------------------------------------------------------------------------

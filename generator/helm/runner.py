@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,3 +106,37 @@ def pinned_or_input_error() -> Helm:
         return default_helm()
     except HelmMissing as e:
         raise InputError(str(e)) from None
+
+
+_SCHEMA_LINE = re.compile(r"^- (?:at '(?P<pointer>[^']*)'|(?P<dotted>[^\s:]+)): (?P<message>.+)$")
+_EXECUTION = re.compile(r"execution error at \([^)]*\): (?P<message>.+)$")
+
+
+def _key(pointer: str) -> str:
+    """`/workerGroups/0/replicas` (Helm 4's JSON pointer) as `workerGroups[0].replicas`."""
+    out = ""
+    for raw in pointer.strip("/").split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out or "(the values)"
+
+
+def one_line(error: str) -> str:
+    """Helm's error text in one line naming the key: the first schema violation (and how many
+    more), the template's own `fail` message, or Helm's first error line."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    problems = []
+    for line in lines:
+        m = _SCHEMA_LINE.match(line)
+        if m:
+            key = _key(m["pointer"] if m["pointer"] is not None else "/" + m["dotted"].replace(".", "/"))
+            problems.append(f"{key}: {m['message']}")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return f"{problems[0]}{more}"
+    for line in lines:
+        m = _EXECUTION.search(line)
+        if m:
+            return m["message"]
+    first = lines[0] if lines else "failed with no message"
+    return first.removeprefix("Error: ")

@@ -1,5 +1,5 @@
-"""`python -m generator rehearse VALUES_FILE [--drill preempt] [--max-nodes 16]`: rehearse the run's
-Ray resource requests (and, with --drill preempt, a Spot reclaim) on a local Ray cluster shaped
+"""`python -m generator rehearse VALUES_FILE [-f MORE] [--set K=V]... [--drill preempt] [--max-nodes 16]`:
+rehearse the run's Ray resource requests (and, with --drill preempt, a Spot reclaim) on a local Ray cluster shaped
 like the rendered RayCluster, before any GPU is paid for.
 
 Exit status: 0 every request placed (drill passed); 1 not; 2 bad input or more worker nodes than
@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from generator.core.arguments import add_release_name
 
     add_release_name(p, f"Helm release name; default {DEFAULT_RELEASE}")
+    from generator.values.layers import add_layer_arguments
+
+    add_layer_arguments(p, "merged over VALUES_FILE in this order; the merged result is rehearsed")
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:
@@ -44,7 +47,15 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return rehearse(Request(args.values, release=args.release, drill=args.drill, max_nodes=args.max_nodes))
+        request = Request(
+            args.values,
+            release=args.release,
+            drill=args.drill,
+            max_nodes=args.max_nodes,
+            more=tuple(args.more),
+            sets=tuple(args.sets),
+        )
+        return rehearse(request)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

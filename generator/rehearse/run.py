@@ -19,7 +19,7 @@ from typing import Any
 
 from generator.core.files import InputError, load_values
 from generator.core.paths import ROOT
-from generator.helm.runner import DEFAULT_RELEASE, HelmError, HelmMissing, default_helm
+from generator.helm.runner import DEFAULT_RELEASE, HelmError, HelmMissing, default_helm, one_line
 from generator.rehearse.cluster import OBJECT_STORE_BYTES, LocalCluster
 from generator.rehearse.drill import PAUSE_AFTER_STEP, PAUSED_LINE, Drill
 from generator.rehearse.launcher import RUN_LIMIT_S, Launcher, make_spec
@@ -27,6 +27,7 @@ from generator.rehearse.plan import RunConfigError, Settings, settings, values_k
 from generator.rehearse.report import STAND_IN_STEPS, Outcome, Output, report
 from generator.rehearse.topology import NodeSpec, Rendered, parse_rendered
 from generator.render.manifests import parse_documents
+from generator.values.layers import layers, merge
 from generator.values.merge import as_helm_sees_it
 
 DRIVER = "generator.rehearse.job.driver"  # run from the checkout: `python -m generator.rehearse.job.driver PLAN`
@@ -41,24 +42,34 @@ class Request:
     release: str = DEFAULT_RELEASE
     drill: str | None = None
     max_nodes: int = 16
+    more: tuple[Path, ...] = ()  # -f MORE, in order, as helm install takes them
+    sets: tuple[tuple[str, str], ...] = ()  # (--set/--set-string/--set-file/--set-json, "key=value")
+
+    @property
+    def name(self) -> str:
+        """How messages name the configuration: the file, or the file and its layers (never a --set value)."""
+        return layers([self.values, *self.more], self.sets, True).name
 
 
 def render(req: Request) -> tuple[dict[str, Any], Rendered, str]:
-    values = load_values(req.values)
-    if not isinstance(values, dict):
-        raise InputError(f"{req.values}: not a values file (a YAML mapping)")
+    spec = layers([req.values, *req.more], req.sets, True)
+    if req.more or req.sets:
+        values = merge(spec)  # the merged values, as helm install computes them
+    else:
+        values = load_values(req.values)
+        if not isinstance(values, dict):
+            raise InputError(f"{req.values}: not a values file (a YAML mapping)")
     try:
         helm = default_helm()
-        text = helm.template([req.values], release=req.release)
+        text = helm.template(list(spec.files), release=req.release, extra=[w for pair in spec.sets for w in pair])
     except HelmMissing as e:
         raise InputError(str(e)) from None
     except HelmError as e:
-        detail = " ".join(str(e).split())
-        raise InputError(f"{req.values}: helm template failed: {detail[:600]}") from None
+        raise InputError(f"{spec.name}: helm template failed: {one_line(str(e))}") from None
     try:
         rendered = parse_rendered(parse_documents(text))
     except InputError as e:
-        raise InputError(f"{req.values}: {e}") from None
+        raise InputError(f"{spec.name}: {e}") from None
     return values, rendered, helm.version
 
 
@@ -129,7 +140,7 @@ def rehearse(req: Request, *, cluster: LocalCluster | None = None, write: Callab
     workers = rendered.workers
     if len(workers) > req.max_nodes:
         raise InputError(
-            f"{req.values}: the RayCluster has {len(workers)} worker nodes; rehearse starts one local Ray node per pod and "
+            f"{req.name}: the RayCluster has {len(workers)} worker nodes; rehearse starts one local Ray node per pod and "
             f"stops at --max-nodes {req.max_nodes} (about 250 MB of memory each): raise --max-nodes or rehearse a smaller copy"
         )
     tag = rendered.image_tag
@@ -143,7 +154,7 @@ def rehearse(req: Request, *, cluster: LocalCluster | None = None, write: Callab
             "or scripts/bootstrap.sh rehearse, then use .venv/bin/python"
         ) from None
     out.note(
-        f"{req.values}: RayCluster {rendered.cluster_name}, NeMo RL image {tag} (Ray {rendered.ray_version} in the image, "
+        f"{req.name}: RayCluster {rendered.cluster_name}, NeMo RL image {tag} (Ray {rendered.ray_version} in the image, "
         f"{ray.__version__} here), rendered with Helm {helm_version}"
     )
     try:

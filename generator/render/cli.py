@@ -1,5 +1,11 @@
-"""`python -m generator render VALUES... --out DIR`: render with the pinned Helm 4, validate every
-object (built-in kinds, both KubeRay CRD sets, GKE networking) and write DIR/<values>/all.yaml.
+"""`python -m generator render VALUES... --out DIR [-f MORE] [--set K=V]...`: render with the pinned
+Helm 4, validate every object (built-in kinds, both KubeRay CRD sets, GKE networking) and write
+DIR/<values>/all.yaml.
+
+Several VALUES are several releases, each rendered on its own (as `validate FILE...` checks each
+alone). Layers are Helm's flags: one VALUES with `-f MORE` and `--set`, merged in the order
+`helm install` takes them, rendered into DIR/<VALUES' name>/. Every file is read under the one
+input policy (`generator.core.files.load_values`) before Helm sees it.
 
 Each DIR/<values>/ folder is render's own: it carries a marker file, and render writes into a
 folder only when it made it (or it holds just an earlier render's all.yaml). It never deletes a
@@ -16,9 +22,10 @@ from typing import Any
 
 import yaml
 
-from generator.core.files import InputError, write_atomic
-from generator.helm.runner import Helm, HelmError, HelmMissing, default_helm
+from generator.core.files import InputError, load_values, write_atomic
+from generator.helm.runner import Helm, HelmError, HelmMissing, default_helm, one_line
 from generator.render.manifests import object_id, parse_documents, validate_documents
+from generator.values.layers import Layers, add_layer_arguments, layers
 
 MARKER = ".nemo-rl-gke-render"
 MARKER_TEXT = "This folder holds manifests written by `python -m generator render`; render replaces all.yaml here.\n"
@@ -87,13 +94,21 @@ def _check_out(out: Path, create: bool) -> None:
 
 
 def _check_input(f: Path) -> None:
-    try:
-        if not f.exists():
-            raise InputError(f"{f}: no such file")
-        if not f.is_file():
-            raise InputError(f"{f}: is not a regular file; give a values file")
-    except OSError as e:
-        raise InputError(f"{f}: cannot read: {e.strerror or e}") from None
+    """The one input policy (size, YAML, duplicate keys, empty), then: a mapping, as Helm needs."""
+    if not isinstance(load_values(f), dict):
+        raise InputError(f"{f}: not a values file (a YAML mapping of the chart's keys); give the file python -m generator wrote")
+
+
+def releases(args: argparse.Namespace) -> list[Layers]:
+    """What to render: each VALUES alone, or one VALUES with its -f and --set layers."""
+    if (args.more or args.sets) and len(args.files) > 1:
+        raise InputError(
+            f"{len(args.files)} VALUES files with -f/--set: several VALUES render separately; "
+            f"to layer files as helm install does, give one VALUES and each further file with -f"
+        )
+    if args.more or args.sets:
+        return [layers([*args.files, *args.more], args.sets, chart_defaults=True)]
+    return [Layers((f,)) for f in args.files]
 
 
 def _helm(path: str | None) -> Helm:
@@ -104,10 +119,6 @@ def _helm(path: str | None) -> Helm:
     if not _HELM_VERSION_RE.match(helm.version):
         raise InputError(f"--helm {path}: not Helm: `{path} version --short` did not print a version such as v4.1.4")
     return helm
-
-
-def _indented(text: str) -> str:
-    return "\n".join(f"  {line}" for line in text.strip().splitlines())
 
 
 def _parse(text: str) -> list[dict[str, Any]]:
@@ -146,26 +157,35 @@ HELP = "render the chart with the pinned Helm and validate every object"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from generator.core.arguments import add_release_name, release_name
 
-    p.add_argument("files", nargs="+", type=Path, metavar="VALUES")
+    p.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="VALUES",
+        help="values file; several are rendered each on its own into --out/<name>/ (to layer files, give one and -f the rest)",
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for the rendered manifests")
     add_release_name(p, "Helm release name; default nemo-rl", type=release_name)
     p.add_argument("--helm", default=None, help="helm binary to use instead of the pinned Helm 4")
+    add_layer_arguments(p, "merged over one VALUES in this order, rendered as one release into --out/<VALUES' name>/")
 
 
 def run(args: argparse.Namespace) -> int:
-    for f in args.files:
-        _check_input(f)
-    folders = output_folders(args.files)
+    jobs = releases(args)
+    for spec in jobs:
+        for f in spec.files:
+            _check_input(f)
+    folders = output_folders([spec.files[0] for spec in jobs])
     _check_out(args.out, create=False)
     helm = _helm(args.helm)
     _check_out(args.out, create=True)
     failed = False
-    for values, name in zip(args.files, folders, strict=True):
+    for spec, name in zip(jobs, folders, strict=True):
+        sets = [word for flag_arg in spec.sets for word in flag_arg]
         try:
-            text = helm.template([values], release=args.release)
+            text = helm.template(list(spec.files), release=args.release, extra=sets)
         except HelmError as e:
-            print(f"error: {values}: helm {helm.version} template failed:", file=sys.stderr)
-            print(_indented(str(e)) or "  (no message)", file=sys.stderr)
+            print(f"error: {spec.name}: helm {helm.version} template failed: {one_line(str(e))}", file=sys.stderr)
             failed = True
             continue
         except OSError as e:
@@ -173,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             objs = _parse(text)
         except ValueError as e:
-            print(f"error: {values}: helm {helm.version} {e}; nothing written", file=sys.stderr)
+            print(f"error: {spec.name}: helm {helm.version} {e}; nothing written", file=sys.stderr)
             failed = True
             continue
         findings = validate_documents(objs)
@@ -182,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(out / OUTPUT, text, force=True)
         counts = Counter(o["kind"] for o in objs)
         summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + _ray_summary(objs)
-        print(f"{values} -> {out / OUTPUT} ({helm.version}): {summary}")
+        print(f"{spec.name} -> {out / OUTPUT} ({helm.version}): {summary}")
         for f in findings:
             print(f"  INVALID {f}", file=sys.stderr)
         if findings:

@@ -85,7 +85,7 @@ def layers(files: Sequence[Path], sets: Sequence[tuple[str, str]], chart_default
 
 def merge(spec: Layers) -> dict[str, Any]:
     """The values `helm install -f ... --set ...` would use, computed by the pinned Helm."""
-    from generator.helm.runner import HelmError, pinned_or_input_error
+    from generator.helm.runner import HelmError, one_line, pinned_or_input_error
 
     for f in spec.files:
         load_values(f)  # size, type, YAML syntax and duplicate keys, each a one-line error naming the file
@@ -108,7 +108,6 @@ def merge(spec: Layers) -> dict[str, Any]:
         try:
             out = helm.run(args)
         except HelmError as e:
-            first = str(e).splitlines()[0] if str(e) else "failed"
-            raise InputError(f"{spec.name}: helm {helm.version} could not merge the values: {first}") from None
+            raise InputError(f"{spec.name}: helm {helm.version} could not merge the values: {one_line(str(e))}") from None
     body = "\n".join(line for line in out.splitlines() if line and not line.startswith(("#", "---")))
     return json.loads(body)

@@ -454,7 +454,7 @@ if [ "$DRY_RUN" = 1 ]; then
   printf '%s\n' "$overlay" | sed 's/^/    | /'
 else
   printf '%s\n' "$overlay" >"$VALUES_OUT"
-  printf '\nWrote %s: the Lustre volume (%s), networks for the chart (your values file keeps the worker groups).\n' "$VALUES_OUT" \
+  printf '\nWrote %s: the Lustre volume (%s), networks (your values file keeps the worker groups).\n' "$VALUES_OUT" \
     "$PROJECT/$ZONE/$LUSTRE_INSTANCE"
 fi
 cat <<EOF
