@@ -34,7 +34,11 @@ COMMANDS: dict[str, str] = {
 SUBCOMMANDS = tuple(COMMANDS)
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
+def build_parser(
+    only: str | None = None,
+) -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
+    """The parser of every subcommand, or with `only`, of that one alone (the others are named but
+    not imported: each subcommand's module pulls in what it needs, and start-up pays for one)."""
     parser = _Parser(
         prog="python -m generator",
         description="Write, check and render values files for the nemo-rl-gke Helm chart.",
@@ -43,6 +47,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     handlers = {}
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         module = importlib.import_module(module_name)
         module.add_arguments(sub.add_parser(name, help=module.HELP))
         handlers[name] = module.run
@@ -113,10 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, handlers = build_parser()
     if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
         argv = ["generate", *argv]
-    elif not argv:
+    parser, handlers = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else None)
+    if not argv:
         parser.print_usage(sys.stderr)
         from generator.gke.profiles import PROFILES
 

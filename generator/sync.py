@@ -11,6 +11,8 @@
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 - docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
 - docs/values.md start-up asserts table  <- generator/nemo_rl/startup_asserts.json and assert_decisions.py
+- schemas/kuberay/*.json                  <- vendor/kuberay's CRDs, converted once for render and validate
+                                           (index.json names each vendored file's sha256)
 - tests/chart/snapshots/<scenario>.yaml   <- helm template of each ci/ scenario and example (pinned Helm 4),
                                            so a reviewer sees every template change as rendered YAML
 """
@@ -29,6 +31,7 @@ from generator.core.paths import CHART_DIR, ROOT
 from generator.core.schema import SCHEMA_PATH, load_schema
 from generator.generate import render_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
+from generator.render.crd_schema import compiled
 from generator.validate.assert_coverage import replace_asserts_table
 from generator.values.docs import replace_releases_table, replace_table, values_table
 from generator.values.options import generate_argv, options_from_args
@@ -116,6 +119,7 @@ def targets() -> dict[Path, Callable[[], str]]:
         | {CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"]) for gpu in PROFILES}
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
+        | {path: (lambda text=text: text) for path, text in compiled().items()}
         # last: rendered from the files above as they are written
         | {SNAPSHOTS_DIR / f"{p.stem}.yaml": _snapshot(p) for p in snapshot_sources()}
     )

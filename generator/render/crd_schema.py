@@ -3,15 +3,24 @@
 The API server prunes (or, with strict field validation, rejects) fields a CRD does not declare;
 an older operator silently ignores them. So every object with declared `properties` becomes
 `additionalProperties: false` unless it says x-kubernetes-preserve-unknown-fields.
+
+Converting 4.3 MB of vendored CRD YAML took most of `render`'s time on every call, so
+`scripts/sync.sh` does it once: `schemas/kuberay/` holds each kind's converted schemas (one per
+CRD set, descriptions dropped: they do not validate) and `index.json` the kinds and the sha256 of
+each vendored file they came from; `scripts/sync.sh --check` (and a test) fail when they drift.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from generator.core.paths import ROOT
 
 _DROP = {
     "x-kubernetes-int-or-string",
@@ -22,7 +31,10 @@ _DROP = {
     "x-kubernetes-validations",
     "x-kubernetes-embedded-resource",
     "nullable",
+    "description",  # documentation only; the bulk of the CRD text
 }
+COMPILED = ROOT / "schemas" / "kuberay"
+INDEX = COMPILED / "index.json"
 
 
 def convert(node: Any) -> Any:
@@ -63,3 +75,42 @@ def json_schema(openapi: dict[str, Any]) -> dict[str, Any]:
     schema = convert(openapi)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
+
+
+def _kind_file(gvk: tuple[str, str, str]) -> str:
+    return "_".join(gvk) + ".json"
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def compiled() -> dict[Path, str]:
+    """Every file of schemas/kuberay/ and its text, from the vendored CRDs (scripts/sync.sh)."""
+    from generator.vendored import KUBERAY, crd_files
+
+    kinds: dict[tuple[str, str, str], dict[str, Any]] = {}
+    sources = {}
+    for version in KUBERAY.versions:
+        for path in crd_files(version):
+            sources[f"{version}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            for gvk, openapi in load_crd(path).items():
+                kinds.setdefault(gvk, {})[f"kuberay-{version}"] = json_schema(openapi)
+    index = {
+        "written_by": "scripts/sync.sh from vendor/kuberay (generator/render/crd_schema.py); do not edit",
+        "sources": sources,
+        "kinds": {"/".join(gvk): {"file": _kind_file(gvk), "sets": list(sets)} for gvk, sets in sorted(kinds.items())},
+    }
+    return {INDEX: _dump(index)} | {COMPILED / _kind_file(gvk): _dump(sets) for gvk, sets in sorted(kinds.items())}
+
+
+@cache
+def compiled_index() -> dict[tuple[str, str, str], str]:
+    """(group, version, kind) -> its file in schemas/kuberay/, from the index sync wrote."""
+    index = json.loads(INDEX.read_text(encoding="utf-8"))
+    return {tuple(key.split("/")): entry["file"] for key, entry in index["kinds"].items()}  # type: ignore[misc]
+
+
+def compiled_schemas(gvk: tuple[str, str, str]) -> dict[str, dict[str, Any]]:
+    """The converted schemas of one kind, by CRD set (kuberay-<version>)."""
+    return json.loads((COMPILED / compiled_index()[gvk]).read_text(encoding="utf-8"))

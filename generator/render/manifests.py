@@ -13,14 +13,12 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from generator.core.schema import ROOT, dotted
-from generator.render.crd_schema import json_schema, load_crd
-from generator.vendored import KUBERAY, crd_files
+from generator.render.crd_schema import compiled_index, compiled_schemas
 
 # Kubernetes minor versions the chart supports: GKE's oldest for H200 RDMA (1.31) up to the
 # newest kubernetes-validate knows.
@@ -51,22 +49,11 @@ def object_id(obj: dict[str, Any]) -> str:
 
 
 @cache
-def _crd_sources() -> dict[tuple[str, str, str], list[tuple[str, Path]]]:
-    """Which CRD file of each set declares each (group, version, kind)."""
-    out: dict[tuple[str, str, str], list[tuple[str, Path]]] = {}
-    for version in KUBERAY.versions:
-        crd_set = f"kuberay-{version}"
-        for path in crd_files(version):
-            for gvk in load_crd(path):
-                out.setdefault(gvk, []).append((crd_set, path))
-    return out
-
-
-@cache
 def _crd_validators(gvk: tuple[str, str, str]) -> list[tuple[str, Any]]:
+    """Each CRD set's validator of one KubeRay kind, from the schemas sync compiled once."""
     from jsonschema import Draft202012Validator
 
-    return [(name, Draft202012Validator(json_schema(load_crd(path)[gvk]))) for name, path in _crd_sources().get(gvk, [])]
+    return [(name, Draft202012Validator(schema)) for name, schema in sorted(compiled_schemas(gvk).items())]
 
 
 @cache
@@ -135,7 +122,7 @@ def _schema_findings(obj: dict[str, Any], checker: str, validator: Any) -> Itera
 
 def validate_object(obj: dict[str, Any], kube_versions: Iterable[str] = KUBE_VERSIONS) -> list[Finding]:
     gvk = _gvk(obj)
-    if gvk in _crd_sources():
+    if gvk in compiled_index():
         return [f for name, v in _crd_validators(gvk) for f in _schema_findings(obj, name, v)]
     if gvk in _own_validators():
         checker, validator = _own_validators()[gvk]

@@ -80,3 +80,18 @@ def test_network_objects_are_checked_against_the_documented_fields(default_objec
 def test_a_kind_without_schema_is_a_finding():
     (f,) = manifests.validate_object({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
     assert f.message == "no schema for example.com/v1 Widget"
+
+
+def test_the_compiled_crd_schemas_are_those_of_the_vendored_crds():
+    # render reads schemas/kuberay/ (converted once by scripts/sync.sh) instead of 4.3 MB of YAML:
+    # each vendored CRD file it came from is named with its checksum, and the conversion is redone here.
+    import json
+
+    from generator.render.crd_schema import INDEX, compiled
+    from generator.vendored import KUBERAY, checksum_text
+
+    index = json.loads(INDEX.read_text())
+    listed = {f"{sha}  {name}" for name, sha in index["sources"].items()}
+    assert listed == set(checksum_text(KUBERAY.root).splitlines())
+    stale = [path.name for path, text in compiled().items() if path.read_text() != text]
+    assert stale == [], "run scripts/sync.sh"
