@@ -121,6 +121,15 @@ def _key(pointer: str) -> str:
     return out or "(the values)"
 
 
+def error_key(error: str) -> str:
+    """The values key Helm's schema error names first ("" when it names none)."""
+    for line in error.strip().splitlines():
+        m = _SCHEMA_LINE.match(line.strip())
+        if m:
+            return _key(m["pointer"] if m["pointer"] is not None else "/" + m["dotted"].replace(".", "/"))
+    return ""
+
+
 def one_line(error: str) -> str:
     """Helm's error text in one line naming the key: the first schema violation (and how many
     more), the template's own `fail` message, or Helm's first error line."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from generator.core.files import InputError, load_values
 from generator.core.paths import ROOT
-from generator.helm.runner import DEFAULT_RELEASE, HelmError, HelmMissing, default_helm, one_line
+from generator.helm.runner import DEFAULT_RELEASE, HelmError, HelmMissing, default_helm
 from generator.rehearse.cluster import OBJECT_STORE_BYTES, LocalCluster
 from generator.rehearse.drill import PAUSE_AFTER_STEP, PAUSED_LINE, Drill
 from generator.rehearse.launcher import RUN_LIMIT_S, Launcher, make_spec
@@ -27,7 +27,7 @@ from generator.rehearse.plan import RunConfigError, Settings, settings, values_k
 from generator.rehearse.report import STAND_IN_STEPS, Outcome, Output, report
 from generator.rehearse.topology import NodeSpec, Rendered, parse_rendered
 from generator.render.manifests import parse_documents
-from generator.values.layers import layers, merge
+from generator.values.layers import helm_failure, layers, merge
 from generator.values.merge import as_helm_sees_it
 
 DRIVER = "generator.rehearse.job.driver"  # run from the checkout: `python -m generator.rehearse.job.driver PLAN`
@@ -65,7 +65,7 @@ def render(req: Request) -> tuple[dict[str, Any], Rendered, str]:
     except HelmMissing as e:
         raise InputError(str(e)) from None
     except HelmError as e:
-        raise InputError(f"{spec.name}: helm template failed: {one_line(str(e))}") from None
+        raise InputError(f"{spec.name}: helm template failed: {helm_failure(spec, str(e))}") from None
     try:
         rendered = parse_rendered(parse_documents(text))
     except InputError as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,9 @@ from typing import Any
 import yaml
 
 from generator.core.files import InputError, load_values, write_atomic
-from generator.helm.runner import Helm, HelmError, HelmMissing, default_helm, one_line
-from generator.render.manifests import object_id, parse_documents, validate_documents
-from generator.values.layers import Layers, add_layer_arguments, layers
+from generator.helm.runner import Helm, HelmError, HelmMissing, default_helm
+from generator.render.manifests import object_id, parse_documents, validate_documents, warm
+from generator.values.layers import Layers, add_layer_arguments, helm_failure, layers
 
 MARKER = ".nemo-rl-gke-render"
 MARKER_TEXT = "This folder holds manifests written by `python -m generator render`; render replaces all.yaml here.\n"
@@ -179,13 +180,14 @@ def run(args: argparse.Namespace) -> int:
     _check_out(args.out, create=False)
     helm = _helm(args.helm)
     _check_out(args.out, create=True)
+    threading.Thread(target=warm, daemon=True).start()  # the schemas load while Helm renders
     failed = False
     for spec, name in zip(jobs, folders, strict=True):
         sets = [word for flag_arg in spec.sets for word in flag_arg]
         try:
             text = helm.template(list(spec.files), release=args.release, extra=sets)
         except HelmError as e:
-            print(f"error: {spec.name}: helm {helm.version} template failed: {one_line(str(e))}", file=sys.stderr)
+            print(f"error: {spec.name}: helm {helm.version} template failed: {helm_failure(spec, str(e))}", file=sys.stderr)
             failed = True
             continue
         except OSError as e:

@@ -136,6 +136,22 @@ def validate_object(obj: dict[str, Any], kube_versions: Iterable[str] = KUBE_VER
     return findings
 
 
+# What the chart renders in every configuration, for warm(): (kind, apiVersion).
+COMMON_KINDS = (("ConfigMap", "v1"), ("ServiceAccount", "v1"), ("Job", "batch/v1"), ("Pod", "v1"))
+
+
+def warm() -> None:
+    """Load the validators a render of the chart needs (the schemas' JSON is most of the cost), so
+    a caller can do it while Helm renders, in a thread: Helm is another process."""
+    from jsonschema import Draft202012Validator  # noqa: F401 - its import is part of the cost
+
+    _crd_validators(("ray.io", "v1", "RayCluster"))
+    _own_validators()
+    for version in KUBE_VERSIONS:
+        for kind, api in COMMON_KINDS:
+            _k8s_validator(version, kind, api)
+
+
 def validate_documents(objs: Iterable[dict[str, Any]], kube_versions: Iterable[str] = KUBE_VERSIONS) -> list[Finding]:
     versions = tuple(kube_versions)
     return [f for obj in objs for f in validate_object(obj, versions)]

@@ -13,7 +13,7 @@ from pathlib import Path
 from generator.core.errors import InputError
 from generator.validate.findings import Finding
 from generator.validate.values import has_errors, validate_values
-from generator.values.layers import add_layer_arguments, configurations
+from generator.values.layers import Configuration, add_layer_arguments, configurations
 
 HELP = "check values files: schema, then the semantic rules"
 
@@ -33,9 +33,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_layer_arguments(p, "with any of these, FILE and every -f are merged into one configuration")
 
 
-def _reports(args: argparse.Namespace) -> list[tuple[str, list[Finding]]]:
+def _reports(args: argparse.Namespace) -> list[tuple[Configuration, list[Finding]]]:
     found = configurations(args.files, args.more, args.sets, not args.no_chart_defaults)
-    return [(c.name, validate_values(c.values, args.release, c.set_file_keys)) for c in found]
+    return [(c, validate_values(c.values, args.release, c.set_file_keys)) for c in found]
+
+
+def _line(config: Configuration, finding: Finding) -> str:
+    """A finding's line; with layers, it names the layer that set the key."""
+    source = config.origin(finding.key)
+    return finding.line(config.name) + (f" [set by {source}]" if source else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,13 +54,20 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         out = {
             "valid": not failed,
-            "files": [{"file": p, "valid": not has_errors(f, args.strict), "findings": [x.as_dict() for x in f]} for p, f in reports],
+            "files": [
+                {
+                    "file": c.name,
+                    "valid": not has_errors(f, args.strict),
+                    "findings": [x.as_dict() | ({"set_by": o} if (o := c.origin(x.key)) else {}) for x in f],
+                }
+                for c, f in reports
+            ],
         }
         print(json.dumps(out, indent=2))
     else:
-        for path, findings in reports:
+        for config, findings in reports:
             for f in findings:
-                print(f.line(path))
+                print(_line(config, f))
         errors = sum(1 for _, f in reports for x in f if x.level == "error")
         warnings = sum(1 for _, f in reports for x in f if x.level == "warning")
         verdict = "invalid" if failed else "valid"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -46,6 +47,48 @@ class Configuration:
     name: str
     values: Any
     set_file_keys: frozenset[str] = field(default_factory=frozenset)
+    layers: Layers | None = None  # how it was layered, when it was
+
+    def origin(self, key: str) -> str:
+        """Which layer set `key` (a finding's dotted key), when several layers were merged: "" else."""
+        return origin(self.layers, key) if self.layers is not None else ""
+
+
+_PART = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
+
+
+def key_parts(key: str) -> list[str | int]:
+    """`workerGroups[0].replicas` as ["workerGroups", 0, "replicas"] (findings' and --set's notation)."""
+    return [int(i) if i.isdigit() else (i or name) for i, name in _PART.findall(key)]
+
+
+def _sets(doc: Any, parts: list[str | int]) -> bool:
+    """Whether a values document sets the key: it holds the key, or a list or value above it
+    (Helm replaces a list whole, so the file holding the list set each entry)."""
+    node = doc
+    for part in parts:
+        if not (isinstance(node, dict) and part in node):
+            return isinstance(node, list)
+        node = node[part]
+    return True
+
+
+def origin(spec: Layers, key: str) -> str:
+    """The layer that set `key` last (a file, or a --set flag by its key), when more than one layer
+    was merged and the key is not only the chart's default: "" otherwise."""
+    if len(spec.files) + len(spec.sets) < 2:
+        return ""
+    parts = key_parts(key)
+    found = ""
+    for f in spec.files:
+        if _sets(load_values(f), parts):
+            found = str(f)
+    for flag, arg in spec.sets:
+        set_parts = key_parts(arg.split("=", 1)[0])
+        n = min(len(set_parts), len(parts))
+        if set_parts[:n] == parts[:n]:
+            found = f"{flag} {arg.split('=', 1)[0]}"
+    return found
 
 
 def configurations(
@@ -57,12 +100,20 @@ def configurations(
 
     if more or sets:
         spec = layers([*files, *more], sets, chart_defaults)
-        return [Configuration(spec.name, merge(spec), spec.set_file_keys)]
+        return [Configuration(spec.name, merge(spec), spec.set_file_keys, spec)]
     out = []
     for path in files:
         doc = load_values(path)
         out.append(Configuration(str(path), as_helm_sees_it(doc) if chart_defaults else doc))
     return out
+
+
+def helm_failure(spec: Layers, error: str) -> str:
+    """Helm's error in one line naming the key, and with layers the layer that set it."""
+    from generator.helm.runner import error_key, one_line
+
+    source = origin(spec, key) if (key := error_key(error)) else ""
+    return one_line(error) + (f" [set by {source}]" if source else "")
 
 
 def add_layer_arguments(p: argparse.ArgumentParser, how: str) -> None:

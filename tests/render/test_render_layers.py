@@ -81,3 +81,37 @@ def test_rehearse_takes_the_layer_flags(tmp_path):
     proc = run("rehearse", str(BASE), "-f", "empty.yaml", "--set", "a=b", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "empty.yaml: is empty" in proc.stderr
+
+
+def _zero_replicas(tmp_path: Path) -> Path:
+    groups = yaml.safe_load(BASE.read_text())["workerGroups"]
+    groups[0]["replicas"] = 0
+    layer = tmp_path / "layer.yaml"
+    layer.write_text(yaml.safe_dump({"workerGroups": groups}))
+    return layer
+
+
+def test_each_command_names_the_layer_that_set_a_refused_value(tmp_path):
+    # The key is in both files; the finding says which one's value was used.
+    _zero_replicas(tmp_path)
+    for command, extra in (("render", ["--out", "out"]), ("rehearse", []), ("validate", [])):
+        proc = run(command, str(BASE), "-f", "layer.yaml", *extra, cwd=tmp_path)
+        assert proc.returncode in (1, 2), proc.stderr
+        text = proc.stdout + proc.stderr
+        assert "workerGroups[0].replicas" in text and "[set by layer.yaml]" in text, (command, text)
+    proc = run("validate", str(_zero_replicas(tmp_path)), "--set", "workerGroups[0].replicas=0", "--format", "json", cwd=tmp_path)
+    (finding,) = [f for f in yaml.safe_load(proc.stdout)["files"][0]["findings"] if f["key"] == "workerGroups[0].replicas"]
+    assert finding["set_by"] == "--set workerGroups[0].replicas"
+
+
+def test_the_base_file_is_named_when_it_set_the_value(tmp_path):
+    layer = tmp_path / "layer.yaml"
+    layer.write_text("launcher:\n  releaseGpus: false\n")
+    bad = tmp_path / "bad.yaml"
+    groups = yaml.safe_load(BASE.read_text())
+    groups["workerGroups"][0]["replicas"] = 0
+    bad.write_text(yaml.safe_dump(groups))
+    proc = run("validate", "bad.yaml", "-f", "layer.yaml", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "workerGroups[0].replicas" in proc.stdout and "[set by bad.yaml]" in proc.stdout
+    assert "layer.yaml]" not in proc.stdout
