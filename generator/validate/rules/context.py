@@ -73,16 +73,21 @@ class Context:
         return default if entry is None else entry.value
 
     @cached_property
-    def run_config(self) -> DictConfig | None:
-        """The chosen release's recipe merged over its `defaults:` chain with every good override
-        applied, as NeMo RL runs it; None when the repository does not carry it (the recipe rules
-        report that)."""
+    def recipe_check(self) -> tuple[dict[str, Any], list[tuple[str, str, OverrideError]]] | None:
+        """check_overrides of grpo.overrides then grpo.extraOverrides over the chosen release's recipe
+        (the config with every good override applied, the problems), made once for every rule;
+        None when the repository does not carry the recipe (the recipe rules report that)."""
         try:
             base = load_release_recipe(self.values["image"]["tag"], self.grpo["recipe"])
         except MissingDataError:
             return None
-        merged, _ = check_overrides(base, grpo_override_args(self.grpo))
-        return OmegaConf.create(merged)
+        return check_overrides(base, grpo_override_args(self.grpo))
+
+    @cached_property
+    def run_config(self) -> DictConfig | None:
+        """The chosen release's recipe merged over its `defaults:` chain with every good override
+        applied, as NeMo RL runs it; None when the repository does not carry it."""
+        return None if self.recipe_check is None else OmegaConf.create(self.recipe_check[0])
 
     def get_int(self, key: str, default: int | None = None) -> int | None:
         """An override's whole-number value (the last one wins), else `default`; None when not a whole number."""

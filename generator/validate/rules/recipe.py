@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, grpo_override_args
+from generator.nemo_rl.recipe_config import Override, OverrideError, grpo_override_args
 from generator.validate.findings import Finding, error, warning
 from generator.validate.rules.context import Context
 from generator.vendored import MissingDataError, carried_releases, load_release_recipe
@@ -33,18 +33,18 @@ def check(ctx: Context) -> Iterator[Finding]:
         return
     yield from _in_image(ctx)
     tag = ctx.values["image"]["tag"]
-    try:
-        config = load_release_recipe(tag, ctx.grpo["recipe"])
-    except MissingDataError as e:
-        yield error("image.tag" if tag not in carried_releases() else "grpo.recipe", e.message, e.fix)
+    if ctx.recipe_check is None:
+        try:
+            load_release_recipe(tag, ctx.grpo["recipe"])  # raises, naming what is missing
+        except MissingDataError as e:
+            yield error("image.tag" if tag not in carried_releases() else "grpo.recipe", e.message, e.fix)
         return
-    entries = []
+    unparsed = set()
     for where, arg in grpo_override_args(ctx.grpo):
         try:
             Override.parse(arg)
         except OverrideError:
-            continue  # Hydra's grammar refuses it: reported by the nemo_rl rules, with Hydra's message
-        entries.append((where.split("[", 1)[0], arg))
-    _, problems = check_overrides(config, entries)
-    for list_name, key, e in problems:
-        yield error(f"{list_name}[{key}]", f"{e} ({tag}'s {ctx.grpo['recipe']})", e.fix)
+            unparsed.add(where)  # Hydra's grammar refuses it: reported by the nemo_rl rules, with Hydra's message
+    for where, key, e in ctx.recipe_check[1]:
+        if where not in unparsed:
+            yield error(f"{where.split('[', 1)[0]}[{key}]", f"{e} ({tag}'s {ctx.grpo['recipe']})", e.fix)
