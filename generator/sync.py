@@ -11,6 +11,7 @@
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 - docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
 - docs/values.md start-up asserts table  <- generator/nemo_rl/startup_asserts.json and assert_decisions.py
+- generator/nemo_rl/merged_recipes.json  <- each carried recipe the generator chooses, merged over its defaults chain
 - schemas/kuberay/*.json                  <- vendor/kuberay's CRDs, converted once for render and validate
                                            (index.json names each vendored file's sha256)
 - tests/chart/snapshots/<scenario>.yaml   <- helm template of each ci/ scenario and example (pinned Helm 4),
@@ -36,6 +37,7 @@ from generator.validate.assert_coverage import replace_asserts_table
 from generator.values.docs import replace_releases_table, replace_table, values_table
 from generator.values.options import generate_argv, options_from_args
 from generator.values.schema_tables import synced_schema_text
+from generator.vendored import MERGED_RECIPES, merged_recipes_text
 
 EXAMPLES_DIR = ROOT / "examples"
 
@@ -120,6 +122,7 @@ def targets() -> dict[Path, Callable[[], str]]:
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
         | {path: (lambda text=text: text) for path, text in compiled().items()}
+        | {MERGED_RECIPES: merged_recipes_text}
         # last: rendered from the files above as they are written
         | {SNAPSHOTS_DIR / f"{p.stem}.yaml": _snapshot(p) for p in snapshot_sources()}
     )

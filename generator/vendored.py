@@ -24,13 +24,17 @@ Nothing here reads a path outside the repository.
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
+import json
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -184,11 +188,51 @@ def defaults_chain(path: Path) -> list[Path]:
     return out
 
 
+# Each recipe the generator can choose, merged over its defaults chain once by scripts/sync.sh
+# (OmegaConf's load and merge were most of `python -m generator`'s time), with the sha256 of every
+# file of its chain: used only while each of them is unchanged, else merged anew.
+MERGED_RECIPES = ROOT / "generator" / "nemo_rl" / "merged_recipes.json"
+
+
+def merged_recipes_text() -> str:
+    """MERGED_RECIPES' text, from the carried configs (scripts/sync.sh)."""
+    from generator.nemo_rl.recipe_config import load_recipe
+
+    out = {}
+    for tag, recipe in sorted(_needed_recipes()):
+        path = recipe_path(tag, recipe)
+        chain = {_relative(p): sha256(p) for p in sorted(defaults_chain(path))}
+        out[f"{tag}/{recipe}"] = {"chain": chain, "config": load_recipe(path)}
+    return json.dumps(out, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+@cache
+def _merged_recipes() -> dict[str, Any]:
+    try:
+        return json.loads(MERGED_RECIPES.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _merged(tag: str, recipe: str) -> dict | None:
+    entry = _merged_recipes().get(f"{tag}/{recipe}")
+    if entry is None:
+        return None
+    for name, digest in entry["chain"].items():
+        path = ROOT / name
+        if not path.is_file() or sha256(path) != digest:
+            return None
+    return copy.deepcopy(entry["config"])
+
+
 def load_release_recipe(tag: str, recipe: str) -> dict:
     """The release's own recipe merged over its `defaults:` chain, as NeMo RL loads it."""
     from generator.nemo_rl.recipe_config import load_recipe
 
     path = recipe_path(tag, recipe)
+    merged = _merged(tag, recipe)
+    if merged is not None:
+        return merged
     for p in defaults_chain(path):
         if not p.is_file():
             raise MissingDataError(
