@@ -6,8 +6,8 @@ Prints a markdown table (medians). Every command is timed as a whole process (wh
 for): `validate` (the schema, the rules, then a render by the pinned Helm and the object rules) and
 `render` (Helm, then every object against kubernetes-validate for 7 Kubernetes versions, both
 KubeRay CRD sets and the project's schemas) each next to a bare `helm template` of the same values,
-interleaved in the same run so the ratio holds on a noisy machine. --suite also times the whole
-test suite once.
+interleaved in the same run so the ratio holds on a noisy machine; `render` of a 50 MB and of an
+empty values file (both refused, under 2 s). --suite also times the whole test suite once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from generator.core.paths import CHART_DIR as CHART  # noqa: E402
 from generator.helm.runner import default_helm  # noqa: E402
 
 PY = sys.executable
-TARGETS = {"generator": 0.5, "ratio": 3.0, "suite": 180.0}
+TARGETS = {"generator": 0.3, "ratio": 3.0, "suite": 180.0, "refusal": 2.0}
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:
@@ -46,6 +46,18 @@ def cli(*args: str, cwd: Path) -> Callable[[], None]:
 
     def run() -> None:
         subprocess.run([PY, "-m", "generator", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+    return run
+
+
+def refused(*args: str, cwd: Path) -> Callable[[], None]:
+    """A CLI run that must be refused (exit 2)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run() -> None:
+        proc = subprocess.run([PY, "-m", "generator", *args], cwd=cwd, env=env, check=False, capture_output=True)
+        if proc.returncode != 2:
+            raise SystemExit(f"expected a refusal (exit 2) of {' '.join(args)}; got {proc.returncode}")
 
     return run
 
@@ -86,8 +98,14 @@ def main() -> int:
         tmp = Path(tmp_name)
         gen = median_time(cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp), args.repeat)
         rows.append(
-            ("`python -m generator --gpu h200` (process start to file written)", f"{gen * 1000:.0f} ms", "< 500 ms", ok(gen, "generator"))
+            ("`python -m generator --gpu h200` (process start to file written)", f"{gen * 1000:.0f} ms", "< 300 ms", ok(gen, "generator"))
         )
+        huge, empty = tmp / "huge.yaml", tmp / "empty.yaml"
+        huge.write_text("a: " + "x" * (50 << 20) + "\n")
+        empty.write_text("")
+        for label, bad in (("a 50 MB values file", huge), ("an empty values file", empty)):
+            took = median_time(refused("render", str(bad), "--out", str(tmp / "refused"), cwd=tmp), args.repeat)
+            rows.append((f"`python -m generator render` refusing {label}", f"{took * 1000:.0f} ms", "< 2 s", ok(took, "refusal")))
         seed = ROOT / "examples" / "tutorial-h200.yaml"
         helm = default_helm()
         out = tmp / "out"
