@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from generator.core.files import InputError, dump_values, write_atomic
 from generator.validate.findings import ERROR
@@ -13,14 +14,36 @@ from generator.validate.values import validate_values
 from generator.values.build import Options, build, layout_notes, total_nodes
 from generator.values.options import generate_argv, options_from_args
 
+# The cheapest run that proves a cluster works (README, Quickstart): what a file that is not it points to.
+QUICKSTART_MODEL = "qwen2.5-1.5b"
+QUICKSTART = "examples/quickstart-{gpu}.yaml (1 node, Qwen2.5-1.5B, 20 steps: about 1 node-hour)"
 
-def header(argv: list[str], notes: list[str] | None = None) -> str:
+
+def max_steps(values: dict[str, Any]) -> int | None:
+    for entry in values.get("grpo", {}).get("overrides") or []:
+        key, _, value = str(entry).partition("=")
+        if key == "grpo.max_num_steps" and value.isdigit():
+            return int(value)
+    return None
+
+
+def cost(opts: Options, values: dict[str, Any]) -> str:
+    """What the file costs to run, said before anyone installs it: its GPU nodes for the run's
+    length, and the cheaper quickstart when this is not it."""
+    nodes, steps = total_nodes(opts), max_steps(values)
+    machine = values.get("accelerator", {}).get("machineType", opts.gpu)
+    text = f"Cost: {nodes} GPU node(s) ({machine}) billed for the whole run: {steps or '?'} steps of {opts.model}."
+    if nodes > 1 or opts.model != QUICKSTART_MODEL:
+        text += f"\nThe cheapest proof that a cluster works is {QUICKSTART.format(gpu=opts.gpu)}."
+    return text
+
+
+def header(argv: list[str], notes: list[str] | None = None, costs: str = "") -> str:
     chosen = "".join(f"Chosen for a valid layout: {note}\n" for note in notes or [])
     return (
         "Values for the nemo-rl-gke chart, written by:\n"
         f"  python -m generator {shlex.join(argv)}\n"
-        f"{chosen}"
-        "Edit by hand or regenerate; check with: python -m generator validate FILE\n"
+        f"{chosen}" + (f"{costs}\n" if costs else "") + "Edit by hand or regenerate; check with: python -m generator validate FILE\n"
         "Install with: helm install RELEASE charts/nemo-rl-gke -f FILE"
     )
 
@@ -37,7 +60,7 @@ def render_text(opts: Options, argv: list[str]) -> str:
     notes = layout_notes(opts)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    return dump_values(values, header(argv, notes))
+    return dump_values(values, header(argv, notes, cost(opts, values)))
 
 
 HELP = "write a values file for one accelerator (the default)"

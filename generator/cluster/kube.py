@@ -36,6 +36,35 @@ class ApiError(Exception):
 class Forbidden(ApiError):
     """403: the caller may not read this; a check says what it could not check."""
 
+    @property
+    def permission(self) -> str:
+        """The permission the read needed, as RBAC names it: 'list nodes (cluster-scoped)',
+        'get customresourcedefinitions.apiextensions.k8s.io rayclusters.ray.io', 'list pods in
+        namespace N'. A GET of a collection is RBAC's `list`, of a named object `get`
+        (https://kubernetes.io/docs/reference/access-authn-authz/authorization/#determine-the-request-verb)."""
+        return permission_of(self.path)
+
+
+def permission_of(path: str) -> str:
+    """The RBAC verb, resource and scope of a GET of an API path (/api/v1/... or /apis/GROUP/VERSION/...)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return f"get {path} (a non-resource URL)"
+    namespace = ""
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest:
+        return f"get {path}"
+    resource = f"{rest[0]}.{group}" if group else rest[0]
+    if len(rest) >= 3:  # a subresource, e.g. services/NAME/proxy
+        resource = f"{resource}/{rest[2]}"
+    what = f"get {resource} {rest[1]}" if len(rest) >= 2 else f"list {resource}"
+    return f"{what} in namespace {namespace}" if namespace else f"{what} (cluster-scoped)"
+
 
 @dataclass
 class Kube:

@@ -66,10 +66,16 @@ class ReleaseState:
     ray_job: RayJob | None = None
     progress: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)  # what could not be read, and why
+    unread: list[str] = field(default_factory=list)  # the collections that could not be read, e.g. rayclusters
 
     @property
     def found(self) -> bool:
         return self.raycluster is not None or bool(self.jobs)
+
+    @property
+    def unknown(self) -> bool:
+        """Nothing found, and what would have shown the release could not be read: not "none"."""
+        return not self.found and bool({"rayclusters", "jobs"} & set(self.unread))
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,7 +138,10 @@ class Reader:
         try:
             return self.kube.items(path, labels, fields)
         except ApiError as e:
-            self.state.problems.append(f"could not read {path.rsplit('/', 1)[-1]}: {e}")
+            kind = path.rsplit("/", 1)[-1]
+            self.state.unread.append(kind)
+            lacking = f" (you may not {e.permission})" if isinstance(e, Forbidden) else ""
+            self.state.problems.append(f"could not read {kind}{lacking}: {e}")
             return []
 
     def read(self) -> ReleaseState:

@@ -4,7 +4,8 @@ run's Ray job state (through the API server's service proxy to the head's dashbo
 port-forward) and its progress (the latest training step). Read-only.
 
 Exit 0 when the release was found, 1 when the namespace holds no RayCluster or Job of that
-release, 2 for environment errors (no kubeconfig, an API server that cannot be reached or refuses
+release or they could not be read (said as "could not read", never as "none"), 2 for environment
+errors (no kubeconfig, an API server that cannot be reached or refuses
 the credentials)."""
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if state.unknown:
+        unread = " and ".join(k for k in ("rayclusters", "jobs") if k in state.unread)
+        print(f"status: could not read the {unread} of namespace {kube.namespace}: release {args.release} not shown", file=sys.stderr)
+        return 1
     if not state.found:
         print(f"status: no RayCluster or Job of release {args.release} in namespace {kube.namespace}", file=sys.stderr)
         return 1

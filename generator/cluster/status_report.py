@@ -5,8 +5,9 @@ The JSON document (keys stable, docs/doctor-and-status.md): `release`, `namespac
 `workers_ready`} or null), `pods` ([{`group`, `name`, `phase`, `ready`, `node`, `reason`}]), `jobs`
 ([{`component`, `name`, `state`, `detail`}]), `events`, `ray_job` ({`submission_id`, `attempt`,
 `status`, `message`, `start_time`, `end_time`} or null), `progress` ({`step`, `max_steps`,
-`latest`, `first_reward`, `first_reward_step`, `mean_step_time_s`, `time_left_s`, `line`} or null)
-and `problems`.
+`latest`, `first_reward`, `first_reward_step`, `mean_step_time_s`, `time_left_s`, `line`} or null),
+`problems` and `unread` (the collections that could not be read, e.g. `rayclusters`; with `found`
+false, the release may exist all the same).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def _clock(ms: int | None) -> str:
 def lines(state: ReleaseState) -> list[str]:
     out = []
     rc = state.raycluster
-    if rc is None:
+    if rc is None and "rayclusters" in state.unread:
+        out.append(f"RayCluster: could not read the RayClusters of namespace {state.namespace} (see the note below)")
+    elif rc is None:
         out.append(f"RayCluster: none with {state.release}'s labels in namespace {state.namespace}")
     else:
         workers = (

@@ -85,6 +85,10 @@ def _validator() -> Any:
 class SchemaError:
     path: str  # dotted key path, e.g. workerGroups[0].replicas
     message: str
+    fix: str = ""  # what to give instead, in the key's own words (its schema description)
+
+
+VALUES_TABLE = "charts/nemo-rl-gke/README.md"  # the chart's values table, generated from this schema (also docs/values.md)
 
 
 def dotted(parts: Any) -> str:
@@ -135,8 +139,28 @@ def is_secret(document: Any, parts: Any) -> bool:
     return False
 
 
-def _describe(error: Any, document: Any = None) -> tuple[str, str]:
-    """A short path and a one-line message for a jsonschema error."""
+def _own_description(error: Any) -> str:
+    """What the failing key takes, in the schema's words, never its regular expression: the
+    description of the key's own node (a property's own over its $ref's), else of the failing
+    subschema (a $defs entry, a propertyNames rule); "" when the schema has none."""
+    path = tuple(error.absolute_path)
+    naming = "propertyNames" in error.schema_path  # the key's name failed, not its value
+    own = "" if naming else (description(path) or "")
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    form = schema.get("description") or ""
+    text = own if not form or form in own else (f"{own.rstrip('.')}; {form}" if own else form)
+    return " ".join(text.split())
+
+
+def _fix(key: str, described: str) -> str:
+    """The fix of a schema error: the key's own description, else where the values table is."""
+    if described:
+        return f"{key} takes: {described}"
+    return f"see the values table in {VALUES_TABLE}"
+
+
+def _describe(error: Any, document: Any = None) -> tuple[str, str, str]:
+    """A short path, a one-line message and the fix for a jsonschema error."""
     path = list(error.absolute_path)
 
     def dotted(parts: Any) -> str:
@@ -145,44 +169,53 @@ def _describe(error: Any, document: Any = None) -> tuple[str, str]:
     secret = is_secret(document, path)
     value = HIDDEN if secret else repr(error.instance)
     v = error.validator
+    key = dotted(path)
+    described = _own_description(error)
     if v == "additionalProperties":
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
         if extra:
             allowed = ", ".join(sorted(error.schema.get("properties", {}))) or "none"
             name = extra[0]
-            return dotted([*path, name]), f"unknown key {name!r} (allowed here: {allowed})"
+            return (
+                dotted([*path, name]),
+                f"unknown key {name!r} (allowed here: {allowed})",
+                f"remove {name!r} or spell it as one of the allowed keys (the values table in {VALUES_TABLE})",
+            )
     if v == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
-        return dotted([*path, missing]), "required key is missing"
+        return (
+            dotted([*path, missing]),
+            "required key is missing",
+            f"add {dotted([*path, missing])} (see the values table in {VALUES_TABLE})",
+        )
     if v == "enum":
         choices = ", ".join(map(str, error.validator_value))
-        return dotted(path), f"{value} is not one of: {choices}"
+        return key, f"{value} is not one of: {choices}", f"set {key} to one of: {choices}"
     if v == "type":
         got = type(error.instance).__name__
-        return dotted(path), f"expected {error.validator_value}, got {got}" + ("" if secret else f" {value}")
+        return key, f"expected {error.validator_value}, got {got}" + ("" if secret else f" {value}"), _fix(key, described)
     if v == "pattern":
-        what = error.schema.get("description") if isinstance(error.schema, dict) else None
-        text = f"{value} does not match the required format {error.validator_value}"
-        return dotted(path), f"{text} ({what.rstrip('.')})" if what and len(what) <= 120 else text
+        what = "name" if "propertyNames" in error.schema_path else "value"
+        return key, f"{value} is not a {what} {key} accepts", _fix(key, described)
     if v == "not":
-        return dotted(path), f"{value} is not allowed here"
+        return key, f"{value} is not allowed here", _fix(key, described)
     if v in ("maxLength", "minLength") and isinstance(error.instance, str):
         size = len(error.instance)
         bound = "at most" if v == "maxLength" else "at least"
-        return dotted(path), f"{size} characters; {bound} {error.validator_value} allowed"
+        return key, f"{size} characters; {bound} {error.validator_value} allowed", _fix(key, described)
     if secret:
-        return dotted(path), f"fails the schema's {v} rule (the value is not shown: it may be a credential)"
+        return key, f"fails the schema's {v} rule (the value is not shown: it may be a credential)", _fix(key, described)
     message = error.message.splitlines()[0]
     if len(message) > 200:
         message = message[:200] + "..."
-    return dotted(path), message
+    return key, message, _fix(key, described)
 
 
 def _non_finite(node: Any, path: list[Any]) -> Iterator[SchemaError]:
     """YAML's .nan and .inf: JSON Schema's "number" lets them through (every comparison with NaN is
     false), but neither Helm's JSON nor Kubernetes has them."""
     if isinstance(node, float) and not math.isfinite(node):
-        yield SchemaError(dotted(path), f"{node!r} is not a number Helm or Kubernetes accepts")
+        yield SchemaError(dotted(path), f"{node!r} is not a number Helm or Kubernetes accepts", "give a finite number")
     elif isinstance(node, dict):
         for k, v in node.items():
             yield from _non_finite(v, [*path, k])
@@ -194,8 +227,7 @@ def _non_finite(node: Any, path: list[Any]) -> Iterator[SchemaError]:
 def iter_errors(document: Any) -> Iterator[SchemaError]:
     errors = sorted(_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     for e in errors:
-        path, message = _describe(e, document)
-        yield SchemaError(path, message)
+        yield SchemaError(*_describe(e, document))
     yield from _non_finite(document, [])
 
 

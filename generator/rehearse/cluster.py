@@ -299,6 +299,14 @@ class LocalCluster:
     def shape(self) -> list[tuple[Any, ...]]:
         return sorted(n.spec.shape() for n in self.nodes)
 
+    def head_failures(self) -> list[str]:
+        """The head node's Ray processes that exited by themselves (gcs_server, raylet, dashboard,
+        ...: Ray's Node.dead_processes, which leaves out those ended on purpose); [] while the head
+        runs. A dead head fails any run on it, whatever the values say."""
+        if self._cluster is None or self._cluster.head_node is None:
+            return []
+        return sorted({str(kind) for kind, _ in self._cluster.head_node.dead_processes()})
+
     def shutdown(self) -> list[int]:
         """End every node, then any process still carrying the tag (the dashboard's module processes
         outlive their parent for a while); returns the pids that survived SIGKILL (none expected)."""

@@ -35,6 +35,7 @@ def make_spec(rendered: Rendered, address: str, entrypoint: str, checkpoint_dir:
         wait_for_files=[],
         timeouts=LAUNCHER_TIMEOUTS,
         poll_interval_s=POLL_S,
+        rehearsal=True,  # no GPU node here: the launcher prints no billing warning only a cluster makes true
     )
     if spec.get("outcome_dir"):  # the run's outcome beside the local checkpoints, not in /var/lib
         spec["outcome_dir"] = spec["outcome_volume_dir"] = str(checkpoint_dir.parent / "launcher")
@@ -42,6 +43,8 @@ def make_spec(rendered: Rendered, address: str, entrypoint: str, checkpoint_dir:
         notes.append("config_verdict dropped (on GKE the preparation Job checks the run with the image's own NeMo RL code first)")
     if spec.pop("gpu_release", None):
         notes.append("gpu_release dropped (releasing the GPU workers needs the Kubernetes API; the tests cover it)")
+    else:
+        notes.append("launcher.releaseGpus is false: on GKE the GPU workers would stay up after the run, billed until `helm uninstall`")
     local_ray = _local_ray_version()
     if spec.get("ray_version") and spec["ray_version"] != local_ray:
         notes.append(f"ray_version {spec['ray_version']} -> {local_ray} (the local Ray)")

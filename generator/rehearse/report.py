@@ -38,10 +38,13 @@ class Outcome:
     results: list[dict[str, Any]]  # one per attempt, from the stand-in
     checkpoint_dir: Path
     seconds: float
+    head_failures: tuple[str, ...] = ()  # the local Ray head's processes that died (LocalCluster.head_failures)
 
 
 def report(out: Output, o: Outcome, drill: Drill | None) -> int:
     last = o.results[-1] if o.results else None
+    if o.head_failures:
+        return report_local_ray(out, o)
     if last is not None and not last.get("ok") and not last.get("node_lost"):
         return report_failure(out, last)
     if drill is not None:
@@ -55,6 +58,15 @@ def report(out: Output, o: Outcome, drill: Drill | None) -> int:
         return 1
     out.note(f"PASS: every resource request was placed and the stand-in trained to step {STAND_IN_STEPS} ({o.seconds:.1f} s)")
     return 0
+
+
+def report_local_ray(out: Output, o: Outcome) -> int:
+    """The local Ray head died under the rehearsal: this machine's failure, not the values'."""
+    out.note(
+        f"FAIL: the local Ray cluster failed, not the run: its head's {', '.join(o.head_failures)} exited "
+        f"(launcher exit {o.rc}); your values are not at fault: run again (a machine short of memory ends Ray's processes)"
+    )
+    return 1
 
 
 def report_failure(out: Output, result: dict[str, Any]) -> int:

@@ -213,7 +213,8 @@ def rehearse(req: Request, *, cluster: LocalCluster | None = None, write: Callab
             else:
                 drill_run.error = f"the stand-in never reported step_{drill_run.pause_after_step}"
         rc = launcher.wait()
-        outcome = Outcome(rc, launcher.lines, read_results(results), ckpt, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        outcome = Outcome(rc, launcher.lines, read_results(results), ckpt, seconds, tuple(cluster.head_failures()))
         return report(out, outcome, drill_run)
     finally:
         if launcher is not None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from generator.core.names import DNS_1123_SUBDOMAIN, LABEL_MAX, QUALIFIED_NAME, SUBDOMAIN_MAX
 from generator.core.paths import CHART_DIR
+from generator.core.schema import VALUES_TABLE
 from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import TYPES
 from generator.gke.sizing import parse_quantity
@@ -364,7 +365,9 @@ def chart_failure(text: str, values: dict[str, Any] | None = None) -> Finding:
     """A Helm error as one finding: the chart's own message when the chart stopped the render."""
     m = re.search(r"execution error at \([^)]*\): (.*)", text)
     if m is None:
-        return error("(chart)", f"helm template failed: {text.splitlines()[0] if text else 'no message'}", "see the chart's values table")
+        return error(
+            "(chart)", f"helm template failed: {text.splitlines()[0] if text else 'no message'}", f"see the values table in {VALUES_TABLE}"
+        )
     message = m.group(1).strip()
     return error(chart_message_key(message, values), message, "the chart stops the install with this message")
 

@@ -39,7 +39,7 @@ def validate_values(
         from generator.validate.objects import Rendering
 
         rendering = Rendering(doc, release_name)  # Helm renders while the schema and the rules run
-    schema = [error(e.path, e.message, "see the chart's values table") for e in iter_errors(doc)]
+    schema = [error(e.path, e.message, e.fix) for e in iter_errors(doc)]
     if schema:
         if rendering is not None and rendering.proc is not None:
             rendering.proc.communicate()

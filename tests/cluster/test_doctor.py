@@ -75,7 +75,7 @@ def set_args(sets: tuple[str, ...]) -> list[str]:
 
 def lines_of(out: str) -> dict[str, str]:
     """check name -> its line."""
-    return {line.split(":", 1)[0].split()[1]: line for line in out.splitlines()[1:] if line[:4] in ("pass", "fail", "warn")}
+    return {line.split(":", 1)[0].split()[1]: line for line in out.splitlines()[1:] if line[:4] in ("pass", "fail", "warn", "skip")}
 
 
 def only_reads(sent: list[tuple[str, str]]) -> None:
@@ -145,8 +145,9 @@ def test_the_json_document_has_stable_keys(tutorial, capsys):
     rc, out, _ = doctor(tutorial, capsys, "--format", "json")
     doc = json.loads(out)
     assert rc == 0 and doc["ok"] is True
-    assert list(doc) == ["ok", "server", "context", "namespace", "release", "values", "counts", "checks"]
-    assert doc["counts"] == {"pass": 11, "fail": 0, "warn": 0}
+    assert list(doc) == ["ok", "server", "context", "namespace", "release", "values", "verdict", "counts", "checks"]
+    assert doc["verdict"] == "ready"
+    assert doc["counts"] == {"pass": 11, "fail": 0, "warn": 0, "skip": 0}
     assert [c["name"] for c in doc["checks"]] == CHECKS
     assert list(doc["checks"][0]) == ["name", "status", "message", "fix"]
     assert (doc["server"], doc["context"], doc["namespace"], doc["release"], doc["values"]) == (
@@ -215,7 +216,12 @@ BROKEN = [
         EXISTING_NETWORKS,
     ),
     Case(None, "gpu-nodes", "memory ", "worker.resources.requests", TOO_BIG, name="with_workers_larger_than_the_gpu_nodes"),
-    Case(clusters.without_the_lustre_driver, "storage", "no CSIDriver lustre.csi.storage.gke.io", "LustreCsiDriver=ENABLED"),
+    Case(
+        clusters.without_the_lustre_driver,
+        "storage",
+        "no CSIDriver lustre.csi.storage.gke.io",
+        "--update-addons=LustreCsiDriver=ENABLED (as infra.sh creates the cluster",
+    ),
     Case(clusters.without_the_token_secret, "token-secret", "/nemo-rl-tokens not found", "kubectl create secret generic nemo-rl-tokens"),
     Case(clusters.with_a_token_key_missing, "token-secret", "/nemo-rl-tokens lacks WANDB_API_KEY", "create it again"),
     Case(clusters.without_the_local_queue, "kueue-queue", "/gpu-queue not found", "create a LocalQueue gpu-queue", KUEUE),
@@ -312,12 +318,36 @@ def test_what_the_user_may_not_read_is_named_not_checked(bed, tutorial, capsys, 
     user = f"system:serviceaccount:{tutorial.namespace}:{config.stem}"
     rc, out, _ = doctor(tutorial, capsys, kubeconfig=str(config))
     checks = lines_of(out)
-    assert checks["gpu-nodes"].startswith("warn")
     forbidden = f'nodes is forbidden: User "{user}" cannot list resource "nodes" in API group "" at the cluster scope'
-    assert f"not checked: {forbidden}" in checks["gpu-nodes"]
-    assert "readiness on the GPU nodes not checked (you may not list nodes)" in checks["rdma-installer"]
+    assert checks["gpu-nodes"].startswith(f"skip  gpu-nodes: not checked: {forbidden} (you may not list nodes (cluster-scoped))")
+    assert "fix: ask for list nodes (cluster-scoped) (kubectl auth can-i list nodes)" in checks["gpu-nodes"]
+    assert "its readiness on the GPU nodes (you may not list nodes (cluster-scoped))" in checks["rdma-installer"]
     assert checks["permissions"].startswith("fail")  # and it says what helm install needs
     assert rc == 1
+
+
+def test_with_every_read_forbidden_doctor_is_not_ready_and_names_each_permission(bed, tutorial, capsys, tmp_path):
+    """A ServiceAccount with no RBAC at all: the real API server answers 403 to every read. doctor
+    must not say "ready": each check it could not make says so with the permission it lacked."""
+    config = clusters.user_kubeconfig(tutorial, bed, tmp_path, rules=[], cluster_rules=[])
+    rc, out, err = doctor(tutorial, capsys, kubeconfig=str(config))
+    checks = lines_of(out)
+    assert rc == 1, out + err
+    assert checks["api"].startswith("pass")  # /version is public
+    assert checks["permissions"].startswith("fail")  # asked with SelfSubjectAccessReviews, which anyone may send
+    skipped = {name: line for name, line in checks.items() if line.startswith("skip")}
+    assert set(skipped) >= {"kuberay-crd", "rdma-installer", "gpu-nodes", "storage", "token-secret", "pod-security", "quotas"}, out
+    assert not [name for name, line in checks.items() if line.startswith("pass") and name not in ("api", "kueue-queue")], out
+    crd = "get customresourcedefinitions.apiextensions.k8s.io rayclusters.ray.io (cluster-scoped)"
+    assert f"(you may not {crd})" in skipped["kuberay-crd"]
+    assert "kubectl auth can-i get customresourcedefinitions.apiextensions.k8s.io/rayclusters.ray.io" in skipped["kuberay-crd"]
+    assert f"(you may not get namespaces {tutorial.namespace} (cluster-scoped))" in skipped["pod-security"]
+    assert f"(you may not get secrets nemo-rl-tokens in namespace {tutorial.namespace})" in skipped["token-secret"]
+    assert "doctor: not ready:" in err and "not checked (" in err and "doctor could not read what they check" in err
+    rc, out, err = doctor(tutorial, capsys, "--format", "json", kubeconfig=str(config))
+    doc = json.loads(out)
+    assert rc == 1 and doc["ok"] is False and doc["verdict"] == "not ready"
+    assert doc["counts"]["skip"] == len(skipped)
 
 
 def doctor_process(config: Path, namespace: str = "default") -> subprocess.CompletedProcess[str]:

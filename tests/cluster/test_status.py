@@ -27,6 +27,7 @@ from clusters import (
     made_for,
     rendered_for,
     unique,
+    user_kubeconfig,
     with_a_cluster_queue_too_small,
     with_baseline_pod_security,
 )
@@ -44,7 +45,8 @@ from tests.launcher.nemo_rl_logs import Figures, driver_script, run_log
 
 TUTORIAL = ROOT / "examples" / "tutorial-h200.yaml"
 JSON_KEYS = [
-    "release", "namespace", "server", "context", "found", "raycluster", "pods", "jobs", "events", "ray_job", "progress", "problems",
+    "release", "namespace", "server", "context", "found", "raycluster", "pods", "jobs", "events", "ray_job", "progress",
+    "problems", "unread",
 ]  # fmt: skip
 
 
@@ -272,6 +274,25 @@ def test_a_release_that_is_not_there_exits_1(bed, capsys):
         rc, _, err = status(made, capsys, "other")
     assert rc == 1
     assert f"status: no RayCluster or Job of release other in namespace {made.namespace}" in err
+
+
+def test_a_release_that_could_not_be_read_is_said_so_and_never_none(bed, capsys, tmp_path):
+    """A ServiceAccount without any RBAC: the real API server answers 403 to every read."""
+    values = values_file(tmp_path)
+    rendered = render(configurations([values])[0], "nemo-rl", unique("status-unread"))
+    with made_for(bed.cluster(), rendered, gpu_nodes=False) as made, installed_release(made, values):
+        config = user_kubeconfig(made, bed, tmp_path, rules=[], cluster_rules=[])
+        capsys.readouterr()
+        rc = main(["status", "--kubeconfig", str(config), "-n", made.namespace])
+        out, err = capsys.readouterr()
+        assert rc == 1
+        assert f"RayCluster: could not read the RayClusters of namespace {made.namespace}" in out
+        assert "none with" not in out and "no RayCluster" not in err
+        assert f"note: could not read rayclusters (you may not list rayclusters.ray.io in namespace {made.namespace})" in out
+        assert f"status: could not read the rayclusters and jobs of namespace {made.namespace}" in err
+        rc = main(["status", "--kubeconfig", str(config), "-n", made.namespace, "--format", "json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == 1 and doc["found"] is False and doc["unread"][:2] == ["rayclusters", "jobs"]
 
 
 def test_watch_prints_again_until_interrupted(bed):

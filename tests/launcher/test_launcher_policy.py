@@ -334,3 +334,36 @@ def test_decide_after_a_recorded_outcome(case):
     d = policy.decide(spec(**values, **OUTCOME_AT), policy.Seen(**seen))
     assert (d.action, d.exit_code) == (action, exit_code)
     assert why in d.why
+
+
+# (tries so far, poll interval, seconds left before the head's deadline, the wait)
+BACKOFFS = [
+    (1, 0.2, 60.0, 0.2),
+    (2, 0.2, 60.0, 0.4),
+    (3, 0.2, 60.0, 0.8),
+    (8, 0.2, 60.0, 25.6),
+    (9, 0.2, 60.0, 30.0),  # capped
+    (40, 0.2, 600.0, 30.0),  # no overflow, still capped
+    (1, 10.0, 600.0, 10.0),  # GKE's poll interval: the first wait is the interval
+    (3, 10.0, 600.0, 30.0),
+    (5, 0.2, 1.5, 1.5),  # never past the deadline
+    (5, 0.2, 0.0, 0.0),
+    (5, 0.2, -3.0, 0.0),
+    (1, 0.0, 60.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("tries", "base", "left", "wait"), BACKOFFS)
+def test_the_wait_between_tries_of_a_head_that_is_not_ready_doubles_to_a_cap(tries, base, left, wait):
+    assert policy.backoff_s(tries, base, left) == pytest.approx(wait)
+
+
+def test_a_head_that_stays_down_for_the_rehearsals_wait_is_asked_a_few_dozen_times_not_hundreds():
+    """The rehearsal polls every 0.2 s and waits 60 s for the head: without a back-off a refused
+    connection was retried about 300 times; with it, the sum of the waits reaches the deadline in
+    a dozen tries."""
+    left, tries = 60.0, 0
+    while left > 0:
+        tries += 1
+        left -= policy.backoff_s(tries, 0.2, left)
+    assert tries <= 12

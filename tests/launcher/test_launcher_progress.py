@@ -91,3 +91,11 @@ def test_the_ledger_reads_the_first_step_with_the_same_parser():
     ledger.saw_line(f"{'=' * 25} Step 1/300 {'=' * 25}")
     assert ledger.first_step_at is not None
     assert ledger_mod.step_header.__module__ == "launcher_progress"  # one home for the header's format
+
+
+def test_the_ledger_says_nodes_stay_billed_only_on_a_cluster():
+    """The rehearsal runs the launcher with no GPU node (spec rehearsal: true): no billing line."""
+    for billed, tail in ((True, "; the GPU workers were not released: their nodes stay billed until `helm uninstall`"), (False, "")):
+        ledger = ledger_mod.Ledger(2, billed=billed)
+        ledger.run_ended()
+        assert ledger.summary().endswith("end of run to GPU workers gone: not seen" + tail)

@@ -136,3 +136,25 @@ def test_a_head_that_is_up_but_not_ready_is_retried_other_errors_are_not():
     with pytest.raises(RuntimeError, match="already exists"):
         ray_side.retry(broken, spec)
     assert len(calls) == 1  # not retried, though the id holds "503" and "502"
+
+
+def test_a_head_that_refuses_connections_is_retried_with_a_back_off_until_its_deadline():
+    """A closed port refuses each try at once: without a back-off the launcher asked it every poll
+    interval (hundreds of times over the head's wait); with it, the waits double."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = spec_of.parse_spec({**GOOD, "poll_interval_s": 0.05, "timeouts": {"head_s": 3}})
+    tries = []
+
+    def refused():
+        tries.append(1)
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/api/version", timeout=5)
+
+    with pytest.raises(ray_side.LaunchFailed, match="unreachable"):
+        ray_side.retry(refused, spec)
+    # 0.05 + 0.1 + 0.2 + 0.4 + 0.8 + 1.6 > 3 s: at most 7 tries (60 at a fixed 0.05 s)
+    assert 2 <= len(tries) <= 8

@@ -52,7 +52,7 @@ def test_spec_changes_only_what_a_laptop_needs(tmp_values: Path) -> None:
     _, rendered, _ = render(Request(write(tmp_values, "spec", build(Options(gpu="h200")))))
     spec, notes = make_spec(rendered, "http://127.0.0.1:1", "python stand-in.py", Path("/tmp/ckpt"), drill=False)
     changed = {k for k in spec if spec[k] != rendered.launch_spec.get(k)}
-    local = {"address", "entrypoint", "checkpoint_dir", "wait_for_files", "timeouts", "poll_interval_s", "max_restarts"}
+    local = {"address", "entrypoint", "checkpoint_dir", "wait_for_files", "timeouts", "poll_interval_s", "max_restarts", "rehearsal"}
     assert changed == local | {"outcome_dir", "outcome_volume_dir"}
     assert spec["outcome_dir"] == spec["outcome_volume_dir"] == "/tmp/launcher"  # beside the local checkpoints
     assert "gpu_release" in rendered.launch_spec and "gpu_release" not in spec
@@ -62,6 +62,12 @@ def test_spec_changes_only_what_a_laptop_needs(tmp_values: Path) -> None:
         "gpu_release dropped (releasing the GPU workers needs the Kubernetes API; the tests cover it)",
         "max_restarts 3 -> 0 (a placement failure fails every attempt alike)",
     ]
+    assert spec["rehearsal"] is True  # the launcher prints no billing line only a cluster makes true
+    kept = build(Options(gpu="h200"))
+    kept["launcher"]["releaseGpus"] = False
+    _, kept_rendered, _ = render(Request(write(tmp_values, "kept", kept)))
+    _, kept_notes = make_spec(kept_rendered, "http://127.0.0.1:1", "x", Path("/tmp/ckpt"), drill=False)
+    assert "launcher.releaseGpus is false: on GKE the GPU workers would stay up after the run, billed until `helm uninstall`" in kept_notes
     spec, _ = make_spec(rendered, "http://127.0.0.1:1", "x", Path("/tmp/ckpt"), drill=True)
     assert spec["max_restarts"] == 3 and spec["submission_id"] == rendered.launch_spec["submission_id"]
 
@@ -214,6 +220,8 @@ class TestOnTheTutorialsTopology:
             "rehearse: PASS: every resource request was placed",
         ):
             assert line in out, out
+        # The values release the GPUs: no line says they stay up or stay billed (no GPU node exists here).
+        assert "stay up" not in out and "stay billed" not in out, out
         which = "every alive Ray node, head included" if release == "v0.5.0" else "every alive Ray node with CPUs"
         assert f"STRICT_SPREAD 3 x {{CPU: 1}} on {which} -> placed" in out
         # The launcher's progress line for each step, from the stand-in's NeMo RL step header and time.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from generator.rehearse.checkpoints import snapshot
 from generator.rehearse.drill import Drill
-from generator.rehearse.report import Outcome, Output, report_drill
+from generator.rehearse.report import Outcome, Output, report, report_drill
 
 
 def drill_in(ckpt: Path, **changes) -> Drill:
@@ -46,3 +46,15 @@ def test_a_failed_drill_names_every_problem_in_order(tmp_path):
         "rehearse: FAIL: drill: the launcher exited 3",
         "rehearse: FAIL: drill: checkpoint files lost: ['step_2/model.pt']; changed: none",
     ]
+
+
+def test_a_dead_local_ray_head_is_the_machines_failure_not_the_values(tmp_path):
+    """Whatever the stand-in or the drill reported, a head that died says so, and to run again."""
+    for results in ([], [{"ok": False, "error": "placement group timed out", "key": "cluster.num_nodes"}]):
+        lines: list[str] = []
+        o = Outcome(1, ["Ray head at http://127.0.0.1:1 unreachable"], results, tmp_path, 1.0, ("gcs_server",))
+        assert report(Output(lines.append), o, None) == 1
+        assert lines == [
+            "rehearse: FAIL: the local Ray cluster failed, not the run: its head's gcs_server exited (launcher exit 1); "
+            "your values are not at fault: run again (a machine short of memory ends Ray's processes)"
+        ]

@@ -155,8 +155,8 @@ def test_generate_writes_nothing_when_the_rules_fail(tmp_path):
 NON_STRING_KEYS = {
     "root-int-and-str": ("1: a\nfoo: b\n", "1", "unknown key '1'"),
     "root-bool": ("true: a\n", "true", "unknown key 'true'"),
-    "env-name-int": ("nccl:\n  extraEnv:\n    5: x\n", "nccl.extraEnv", "'5' does not match"),
-    "ray-param-int": ("worker:\n  rayStartParams:\n    7: x\n", "worker.rayStartParams", "'7' does not match"),
+    "env-name-int": ("nccl:\n  extraEnv:\n    5: x\n", "nccl.extraEnv", "'5' is not a name nccl.extraEnv accepts"),
+    "ray-param-int": ("worker:\n  rayStartParams:\n    7: x\n", "worker.rayStartParams", "'7' is not a name worker.rayStartParams accepts"),
 }
 
 

@@ -187,3 +187,28 @@ def test_help_exits_zero(capsys):
         cli.main(["--help"])
     assert e.value.code == 0
     assert "generate" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "cost", "points_to_quickstart"),
+    [
+        (["--nodes", "1"], "# Cost: 1 GPU node(s) (a3-ultragpu-8g) billed for the whole run: 300 steps of gemma3-27b.", True),
+        ([], "# Cost: 2 GPU node(s) (a3-ultragpu-8g) billed for the whole run: 300 steps of gemma3-27b.", True),
+        (
+            ["--nodes", "1", "--model", "qwen2.5-1.5b"],
+            "# Cost: 1 GPU node(s) (a3-ultragpu-8g) billed for the whole run: 20 steps of",
+            False,
+        ),
+        (["--nodes", "1", "--max-steps", "5"], "billed for the whole run: 5 steps of gemma3-27b.", True),
+    ],
+)
+def test_the_header_says_what_the_run_costs_and_where_the_cheapest_run_is(tmp_path, args, cost, points_to_quickstart):
+    """`--nodes 1` alone is the default model's whole run on one node, not the quickstart: the
+    header says so before anyone installs it."""
+    proc = run("--gpu", "h200", *args, "-o", "v.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    head = (tmp_path / "v.yaml").read_text().split("\n\n", 1)[0]
+    assert cost in head
+    pointer = "# The cheapest proof that a cluster works is examples/quickstart-h200.yaml (1 node, Qwen2.5-1.5B, 20 steps"
+    assert (pointer in head) is points_to_quickstart
+    assert (ROOT / "examples" / "quickstart-h200.yaml").is_file()

@@ -167,7 +167,7 @@ def settle_previous_runs(runs: Runs) -> None:
 
 def launch(spec: Spec) -> int:
     log(f"run {spec.submission_id}: {spec.entrypoint}")
-    ledger = Ledger(sum(spec.gpu_release.get("groups", {}).values()) or max(0, spec.expected_nodes - 1))
+    ledger = Ledger(sum(spec.gpu_release.get("groups", {}).values()) or max(0, spec.expected_nodes - 1), billed=not spec.rehearsal)
     progress = Progress(spec.max_num_steps)
     if refusal := config_refusal(spec):
         log(f"FAILED, nothing submitted: {refusal}")
@@ -288,6 +288,8 @@ def record_outcome(spec: Spec, decision: Decision, seen: Seen) -> None:
 
 def release_workers(spec: Spec, ledger: Ledger) -> None:
     workers = spec.workers()
+    if spec.rehearsal:  # no GPU node exists: nothing stays billed (the rehearsal says what the values ask)
+        return
     if workers is None:
         log("the GPU workers stay up (launcher.releaseGpus is false): their nodes are billed until `helm uninstall`")
         return

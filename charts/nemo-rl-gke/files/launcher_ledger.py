@@ -21,6 +21,7 @@ from launcher_progress import step_header
 @dataclass
 class Ledger:
     gpu_nodes: int
+    billed: bool = True  # False in a rehearsal: no GPU node exists, so none stays billed
     gpus_ready_at: float | None = None  # epoch seconds
     first_step_at: float | None = None
     ended_at: float | None = None
@@ -61,9 +62,10 @@ class Ledger:
             self._span("first step to end of run", self.first_step_at, self.ended_at),
             self._span("end of run to GPU workers gone", self.ended_at, self.released_at),
         ]
-        tail = (
-            "; the cluster autoscaler removes the idle nodes some minutes later"
-            if self.released_at is not None
-            else "; the GPU workers were not released: their nodes stay billed until `helm uninstall`"
-        )
+        if self.released_at is not None:
+            tail = "; the cluster autoscaler removes the idle nodes some minutes later"
+        elif self.billed:
+            tail = "; the GPU workers were not released: their nodes stay billed until `helm uninstall`"
+        else:
+            tail = ""
         return f"GPU time ({self.gpu_nodes} GPU nodes): " + "; ".join(parts) + tail

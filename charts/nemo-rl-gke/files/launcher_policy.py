@@ -23,6 +23,19 @@ STALLED_LIMIT = 2  # failed attempts in a row without a new checkpoint before gi
 FOLLOW, WAIT_START, SUBMIT, STOP = "follow", "wait-start", "submit", "stop"
 
 
+BACKOFF_CAP_S = 30.0  # the longest wait between two tries of a Ray head that is not ready
+
+
+def backoff_s(tries: int, base_s: float, left_s: float, cap_s: float = BACKOFF_CAP_S) -> float:
+    """How long to wait after the `tries`-th failed try (1, 2, ...) of a head that is not ready:
+    base_s doubled per try, at most cap_s, and never past the deadline (left_s); 0 when no time is
+    left. A head that stays down is asked a few dozen times over its wait, not thousands."""
+    if left_s <= 0:
+        return 0.0
+    wait = min(cap_s, max(base_s, 0.0) * 2 ** max(tries - 1, 0))
+    return min(wait, left_s)
+
+
 @dataclass(frozen=True)
 class Seen:
     """What the launcher knows of the run when it decides."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from launcher_ledger import Ledger
 from launcher_log import LaunchFailed, log
-from launcher_policy import ACTIVE, TERMINAL
+from launcher_policy import ACTIVE, TERMINAL, backoff_s
 from launcher_spec import Spec, attempt_id, attempt_number
 
 
@@ -202,21 +202,24 @@ TRANSIENT = ("connect", "no available agent", "try again later", "status code 50
 
 
 def retry(fn: Any, spec: Spec) -> Any:
+    """fn(), tried again while the head is not ready, with an exponential back-off (backoff_s:
+    poll_interval_s doubled per try, at most 30 s) until the head's timeout."""
     deadline = time.monotonic() + spec.timeout("head_s")
+    tries = 0
     while True:
         try:
             return fn()
         except (ConnectionError, OSError) as e:
             if time.monotonic() >= deadline:
                 raise LaunchFailed(f"Ray head at {spec.address} unreachable: {e}") from None
-            time.sleep(spec.poll_interval_s)
         except Exception as e:
             # requests' ConnectionError derives from OSError; other errors that say the head is
             # not ready are retried too; anything else propagates.
             if not any(t in str(e).lower() for t in TRANSIENT) or time.monotonic() >= deadline:
                 raise
             log(f"Ray head not ready ({str(e).splitlines()[0][:120]}); retrying")
-            time.sleep(spec.poll_interval_s)
+        tries += 1
+        time.sleep(backoff_s(tries, spec.poll_interval_s, deadline - time.monotonic()))
 
 
 def follow_logs(

@@ -48,6 +48,7 @@ class Spec:
     outcome_dir: str = ""  # where the run's outcome is kept (the launcher's writable folder); "": nowhere
     outcome_volume_dir: str = ""  # the same folder as the shared volume shows it to other pods
     config_verdict: str = ""  # the preparation Job's verdict on this run (config_check.py); "": none to wait for
+    rehearsal: bool = False  # run by `python -m generator rehearse` on a local Ray: no GPU node exists, none is billed
 
     def workers(self) -> launcher_workers.Workers | None:
         if not self.gpu_release:
@@ -180,6 +181,7 @@ SPEC_KEYS: dict[str, Key] = {
     "outcome_dir": Key((str,), check=_absolute_dir),
     "outcome_volume_dir": Key((str,), check=_absolute_dir),
     "config_verdict": Key((str,), check=_absolute_dir),
+    "rehearsal": Key((bool,)),
 }
 
 

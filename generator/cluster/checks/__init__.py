@@ -1,9 +1,9 @@
 """doctor's checks, in the order they print: each a function of the Context, one Result each.
 
-A check that the caller may not read for (403) becomes a warning saying what was not checked;
-any other error answer of the API server, or an object in a shape not foreseen, a warning naming
-it. An unreachable or unauthorised
-API server stops everything (ClusterError: one line, exit status 2).
+A check that the caller may not read for (403) is "not checked" (skip), naming the permission it
+lacked; so is one that met any other error answer of the API server, or an object in a shape not
+foreseen: doctor says "ready" only when every check ran. An unreachable or unauthorised API server
+stops everything (ClusterError: one line, exit status 2).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from generator.cluster.checks import access, kuberay, kueue, networking, nodes, pod_security, quotas, storage, tokens
 from generator.cluster.checks.context import Context
 from generator.cluster.kube import ApiError, Forbidden
-from generator.cluster.report import Result, warned
+from generator.cluster.report import SKIP, Result, skipped
 
 CHECKS: tuple[tuple[str, Callable[[Context], Result]], ...] = (
     ("api", access.api),
@@ -36,9 +36,10 @@ def run(ctx: Context) -> list[Result]:
         try:
             results.append(check(ctx))
         except Forbidden as e:
-            results.append(warned(name, f"not checked: {e}", "ask for read access to it, or run doctor as someone who has it"))
+            results.append(skipped(name, str(e), e.permission))
         except ApiError as e:
-            results.append(warned(name, f"not checked: the API server answered {e.code} to GET {e.path}: {e}"))
+            results.append(Result(name, SKIP, f"not checked: the API server answered {e.code} to GET {e.path}: {e}"))
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # an object in a shape not foreseen
-            results.append(warned(name, f"not checked: an answer of the API server had an unexpected shape ({type(e).__name__}: {e})"))
+            message = f"not checked: an answer of the API server had an unexpected shape ({type(e).__name__}: {e})"
+            results.append(Result(name, SKIP, message))
     return results

@@ -20,7 +20,7 @@ from typing import Any
 
 from generator.cluster.checks.context import Context, listed
 from generator.cluster.kube import Forbidden
-from generator.cluster.report import Result, failed, passed, warned
+from generator.cluster.report import Result, failed, passed, skipped
 from generator.infra.steps import INSTALLERS, installer_manifest_url
 
 INSTALLER = "nccl-rdma-installer"
@@ -55,8 +55,8 @@ def installer(ctx: Context) -> Result:
         return failed(name, f"DaemonSet {ns}/{INSTALLER} not found: the workers' gIB folder stays empty", f"kubectl apply -f {url}")
     try:
         nodes = ctx.gpu_nodes()
-    except Forbidden:
-        return warned(name, f"DaemonSet {ns}/{INSTALLER} exists; its readiness on the GPU nodes not checked (you may not list nodes)")
+    except Forbidden as e:
+        return skipped(name, f"DaemonSet {ns}/{INSTALLER} exists; its readiness on the GPU nodes", e.permission)
     if not nodes:
         return passed(name, f"DaemonSet {ns}/{INSTALLER} exists; no GPU node is up yet (it runs on each as it joins)")
     pods = ctx.kube.items(f"/api/v1/namespaces/{ns}/pods", labels=f"k8s-app={INSTALLER}")

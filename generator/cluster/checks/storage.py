@@ -3,17 +3,34 @@ it), and the volume's name is free; or the existing claim (storage.existingClaim
 and ReadWriteMany.
 
 The driver registers the CSIDriver object lustre.csi.storage.gke.io (the name the chart's
-PersistentVolume gives in csi.driver); infra.sh enables it with the cluster's LustreCsiDriver
-add-on and --enable-legacy-lustre-port.
+PersistentVolume gives in csi.driver). infra.sh enables it as it creates the cluster (Standard: the
+LustreCsiDriver add-on; Autopilot: --enable-lustre-csi-driver) and reaches the instance on Lustre's
+own port 988: no --enable-legacy-lustre-port, which GKE marks deprecated from node version
+1.33.2-gke.4655000 (generator/gke/versions.py, LUSTRE_PORT_988; generator/infra/steps.py).
 """
 
 from __future__ import annotations
 
 from generator.cluster.checks.context import Context
 from generator.cluster.report import Result, failed, passed
+from generator.gke.versions import LUSTRE_PORT_988
 
 NAME = "storage"
 DRIVER = "lustre.csi.storage.gke.io"
+# How infra.sh turns the driver on, per gke.mode, as an update of an existing cluster.
+ENABLE_DRIVER = {
+    "standard": "--update-addons=LustreCsiDriver=ENABLED",
+    "autopilot": "--enable-lustre-csi-driver",
+}
+
+
+def enable_driver(mode: str) -> str:
+    """The fix: the flag infra.sh creates the cluster with, on Lustre's own port (no legacy port)."""
+    flag = ENABLE_DRIVER.get(mode, ENABLE_DRIVER["standard"])
+    return (
+        f"gcloud container clusters update CLUSTER --location LOCATION {flag} (as infra.sh creates the cluster; "
+        f"with GKE {LUSTRE_PORT_988.version} or newer the driver reaches Lustre on its own port 988, no legacy port)"
+    )
 
 
 def _existing_claim(ctx: Context, claim: str) -> Result:
@@ -41,8 +58,7 @@ def check(ctx: Context) -> Result:
         return failed(
             NAME,
             f"the Lustre CSI driver is not registered (no CSIDriver {DRIVER}): the workers' volume never mounts",
-            "gcloud container clusters update CLUSTER --location LOCATION --update-addons=LustreCsiDriver=ENABLED "
-            "--enable-legacy-lustre-port (infra.sh creates clusters with it)",
+            enable_driver(str(ctx.value("gke.mode", "standard"))),
         )
     for pv in ctx.rendered.of_kind("PersistentVolume"):
         if who := ctx.taken(f"/api/v1/persistentvolumes/{pv['metadata']['name']}"):

@@ -132,7 +132,11 @@ class Context:
 
     @property
     def gpus_per_node(self) -> int:
-        return self.values["accelerator"]["gpusPerNode"]
+        """The machine's GPUs (the accelerator profile's), not accelerator.gpusPerNode: a changed
+        gpusPerNode is one mistake with one fix (rules/accelerator.py: set it back), and the rules
+        that count GPUs judge the overrides against the machine, so no second finding asks for the
+        opposite (cluster.gpus_per_node set to the wrong count)."""
+        return self.profile.gpus_per_node
 
     @property
     def rdma(self) -> bool:
