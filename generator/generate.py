@@ -15,7 +15,7 @@ from generator.values.options import generate_argv, options_from_args
 
 
 def header(argv: list[str], notes: list[str] | None = None) -> str:
-    chosen = "".join(f"Chosen for a valid layout: {note}\n" for note in notes or [])
+    chosen = "".join(f"Chosen by the generator: {note}\n" for note in notes or [])
     return (
         "Values for the nemo-rl-gke chart, written by:\n"
         f"  python -m generator {shlex.join(argv)}\n"
