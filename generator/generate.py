@@ -39,7 +39,7 @@ def cost(opts: Options, values: dict[str, Any]) -> str:
 
 
 def header(argv: list[str], notes: list[str] | None = None, costs: str = "") -> str:
-    chosen = "".join(f"Chosen for a valid layout: {note}\n" for note in notes or [])
+    chosen = "".join(f"Chosen by the generator: {note}\n" for note in notes or [])
     return (
         "Values for the nemo-rl-gke chart, written by:\n"
         f"  python -m generator {shlex.join(argv)}\n"

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from generator.nemo_rl import epochs as data_epochs
 from generator.nemo_rl.placement import (
     COLOCATED,
     GENERATION_GPUS_PER_NODE,
@@ -252,21 +253,51 @@ def _nearest_prompts(prompts: int, generations: int, dp: int, preset: ModelPrese
 
 
 @dataclass(frozen=True)
+class _Epochs:
+    steps: int  # grpo.max_num_steps
+    epochs: int  # grpo.max_num_epochs
+    notes: tuple[str, ...] = ()
+
+
+def _epochs(choices: RunChoices, preset: ModelPreset, batches: _Batches) -> _Epochs:
+    """Enough passes over GSM8K's train split for the run to reach grpo.max_num_steps (epochs.py):
+    the generator raises grpo.max_num_epochs and leaves the steps as asked."""
+    steps = choices.max_steps or preset.max_steps
+    per_epoch = data_epochs.steps_per_epoch(batches.prompts)
+    if not per_epoch:
+        raise SpecError(
+            f"{batches.prompts} prompts per step is more than GSM8K's {data_epochs.GSM8K_TRAIN_ROWS} train rows: the dataloader "
+            f"drops the partial batch and the run would train no step; use --prompts-per-step {data_epochs.GSM8K_TRAIN_ROWS} or fewer"
+        )
+    epochs = max(data_epochs.RECIPE_EPOCHS, data_epochs.epochs_needed(steps, batches.prompts))
+    if epochs == data_epochs.RECIPE_EPOCHS:
+        return _Epochs(steps, epochs)
+    note = (
+        f"grpo.max_num_epochs {epochs} (preset {data_epochs.RECIPE_EPOCHS}): {steps} steps (grpo.max_num_steps, kept) at "
+        f"{batches.prompts} prompts per step need {epochs} passes over GSM8K's {data_epochs.GSM8K_TRAIN_ROWS} train rows "
+        f"({per_epoch} steps per epoch, the last partial batch dropped)"
+    )
+    return _Epochs(steps, epochs, (note,))
+
+
+@dataclass(frozen=True)
 class Layout:
-    """The generator's choice of split and batches, with the notes the file's header carries."""
+    """The generator's choice of split, batches and epochs, with the notes the file's header carries."""
 
     split: _Split
     batches: _Batches
+    epochs: _Epochs
 
     @property
     def notes(self) -> list[str]:
-        return [*self.split.notes, *self.batches.notes]
+        return [*self.split.notes, *self.batches.notes, *self.epochs.notes]
 
 
 def layout(choices: RunChoices) -> Layout:
     preset = _preset(choices)
     split = _placement(choices, preset, generation_nodes(choices, preset))
-    return Layout(split, _batches(choices, preset, split.placed.train_gpus))
+    batches = _batches(choices, preset, split.placed.train_gpus)
+    return Layout(split, batches, _epochs(choices, preset, batches))
 
 
 def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlRelease, gen_nodes: int, split: _Split) -> dict[str, Any]:
@@ -299,10 +330,12 @@ def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlReleas
     return o
 
 
-def _steps_overrides(choices: RunChoices, preset: ModelPreset, batches: _Batches) -> dict[str, Any]:
-    steps = choices.max_steps or preset.max_steps
+def _steps_overrides(choices: RunChoices, preset: ModelPreset, batches: _Batches, epochs: _Epochs) -> dict[str, Any]:
+    steps = epochs.steps
     o: dict[str, Any] = {
         "grpo.max_num_steps": steps,
+        # Written even when it is the recipe's 1: the launcher reads it to tell the data's end.
+        "grpo.max_num_epochs": epochs.epochs,
         "grpo.num_prompts_per_step": batches.prompts,
         "grpo.num_generations_per_prompt": batches.generations,
         "policy.train_global_batch_size": batches.global_batch,
@@ -358,7 +391,7 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     outputs, output_additions = _output_overrides(choices, name)
     data, data_additions = _data_overrides(choices, rel)
     shape = _shape_overrides(choices, preset, rel, gen_nodes, chosen.split)
-    o = shape | _steps_overrides(choices, preset, chosen.batches) | outputs | data
+    o = shape | _steps_overrides(choices, preset, chosen.batches, chosen.epochs) | outputs | data
     o |= choices.extra
     additions = output_additions | data_additions
     return {

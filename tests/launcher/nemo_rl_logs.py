@@ -18,7 +18,9 @@ async_grpo_train prints the run's step out of max_num_steps.
   %.2f", then "  • Throughputs (per Group):" with "    - E2E (Samples/sec): %.2f", "    - E2E
   (Tokens/sec): %.2f", "    - Training Worker Group (Tokens/sec): %.2f" and "    - Generation Worker
   Group (Tokens/sec): %.2f".
-- grpo_train's end: "Max number of steps has been reached, stopping training early".
+- grpo_train's end: "Max number of steps has been reached, stopping training early", or at the
+  save deadline "Timeout has been reached, stopping training early"; no line of its own when its
+  epoch loop runs out (grpo.max_num_epochs passes over the data).
 """
 
 from __future__ import annotations
@@ -80,9 +82,26 @@ def step_block(header: tuple[int, int], f: Figures, *, dynamic_sampling: bool = 
     return lines
 
 
-def run_log(path: str, max_steps: int, figures: list[Figures], *, dataloader_len: int = 0, dynamic_sampling: bool = False) -> list[str]:
+ENDS = {
+    "max-steps": ["Max number of steps has been reached, stopping training early"],
+    "deadline": ["Timeout has been reached, stopping training early"],
+    "epochs-ended": [],
+}
+
+
+def run_log(
+    path: str,
+    max_steps: int,
+    figures: list[Figures],
+    *,
+    dataloader_len: int = 0,
+    dynamic_sampling: bool = False,
+    end: str = "max-steps",
+    epochs: int = 0,
+) -> list[str]:
     """A run's driver log along one of PATHS, one step block per entry of `figures`, then the
-    end-of-run line. grpo_train runs epochs of `dataloader_len` steps (default: one epoch)."""
+    end-of-run line (ENDS). grpo_train runs epochs of `dataloader_len` steps (default: one epoch),
+    `epochs` of them (default: enough for max_steps)."""
     lines = ["  ✓ Training dataloader loaded with 7473 samples"]
     per_epoch = min(dataloader_len or max_steps, max_steps)
     for i, f in enumerate(figures):
@@ -94,9 +113,9 @@ def run_log(path: str, max_steps: int, figures: list[Figures], *, dataloader_len
             lines += step_block((i + 1, max_steps), f, dynamic_sampling=dynamic_sampling)
             continue
         epoch, within = divmod(i, per_epoch)
-        lines += epoch_header(epoch + 1, -(-max_steps // per_epoch)) if within == 0 else []
+        lines += epoch_header(epoch + 1, epochs or -(-max_steps // per_epoch)) if within == 0 else []
         lines += step_block((within + 1, per_epoch), f, dynamic_sampling=dynamic_sampling)
-    lines += ["Max number of steps has been reached, stopping training early"]
+    lines += ENDS[end]
     return lines
 
 

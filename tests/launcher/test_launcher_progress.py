@@ -99,3 +99,35 @@ def test_the_ledger_says_nodes_stay_billed_only_on_a_cluster():
         ledger = ledger_mod.Ledger(2, billed=billed)
         ledger.run_ended()
         assert ledger.summary().endswith("end of run to GPU workers gone: not seen" + tail)
+# How grpo_train ended, from its log (grpo.py v0.5.0-v0.7.0): the deadline and max-steps lines, or
+# none when the epoch loop ran out; (end, epochs, figures logged, what `end()` answers).
+ENDINGS = [
+    ("max-steps", 0, 3, ("max-steps", None)),
+    ("deadline", 0, 2, ("deadline", None)),
+    ("epochs-ended", 2, 4, ("epochs-ended", 4)),  # 2 epochs of 2 steps, 20 asked
+    ("deadline", 2, 3, ("deadline", 4)),  # stopped inside the last epoch: the epoch end is still known
+]
+
+
+@pytest.mark.parametrize(("end", "epochs", "logged", "answer"), ENDINGS)
+def test_how_an_attempt_ended(end, epochs, logged, answer):
+    progress = progress_mod.Progress(max_steps=20 if epochs else 3)
+    figures = (FIGURES * 2)[:logged]
+    feed(progress, run_log("grpo_train", 20 if epochs else 3, figures, dataloader_len=2 if epochs else 0, end=end, epochs=epochs))
+    assert progress.end() == answer
+
+
+def test_a_new_attempt_forgets_the_last_ones_end():
+    progress = progress_mod.Progress(max_steps=20)
+    feed(progress, run_log("grpo_train", 20, FIGURES[:1], dataloader_len=2, end="deadline", epochs=2))
+    progress.new_attempt()
+    assert progress.end() == ("", None)
+    # A resumed attempt with its data spent: the last epoch's header, no step, no line.
+    feed(progress, ["", "=" * 25 + " Epoch 2/2 " + "=" * 25])
+    assert progress.end() == ("epochs-ended", None)
+
+
+def test_async_grpo_says_nothing_of_epochs():
+    progress = progress_mod.Progress(max_steps=300)
+    feed(progress, run_log("async_grpo_train", 300, FIGURES, end="epochs-ended"))
+    assert progress.end() == ("", None)

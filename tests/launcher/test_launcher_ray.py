@@ -3,6 +3,7 @@ failures, timeouts, resubmission after preemption."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -200,3 +201,41 @@ def test_a_run_stopped_at_its_save_deadline_is_resubmitted_until_max_num_steps(h
     assert f"attempt 2 submitted as {rid}-retry1; resumes from step_4 in {ckpt}" in proc.stdout
     assert f"run {rid} succeeded" in proc.stdout
     assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED", f"{rid}-retry1": "SUCCEEDED"}
+
+
+# NeMo RL with its data spent (grpo.max_num_epochs passes over GSM8K, grpo.py v0.5.0-v0.7.0): the
+# last step of the last epoch is saved (is_last_step) and grpo_train returns without a line of its
+# own; the job is SUCCEEDED short of grpo.max_num_steps. Here 2 epochs of 2 steps, 20 asked.
+EPOCHS_END = """
+import json, os, sys
+ckpt, log = sys.argv[1], sys.argv[2]
+os.makedirs(os.path.join(ckpt, 'step_4'))
+open(os.path.join(ckpt, 'step_4', 'training_info.json'), 'w').write(json.dumps({'total_steps': 4}))
+print(open(log).read(), flush=True)
+"""
+
+
+def test_a_run_that_ends_at_its_epochs_end_is_recorded_finished_and_never_resubmitted(head, client, tmp_path):
+    rid = new_id()
+    ckpt, outcome = tmp_path / "checkpoints", tmp_path / "outcome"
+    outcome.mkdir()
+    log = tmp_path / "driver.log"
+    figures = [Figures(0.1, 1.0, 3000.0)] * 4
+    log.write_text("\n".join(run_log("grpo_train", 20, figures, dataloader_len=2, end="epochs-ended", epochs=2)))
+    entry = f"{stand_in(tmp_path, 'epochs', EPOCHS_END)} {ckpt} {log}"
+    spec = {
+        "submission_id": rid, "entrypoint": entry, "expected_gpus": 8, "follow": True, "max_restarts": 2,
+        "checkpoint_dir": str(ckpt), "max_num_steps": 20, "outcome_dir": str(outcome),
+    }  # fmt: skip
+    proc = run_launcher(head, tmp_path, **spec)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{rid} SUCCEEDED at step 4 of 20 (grpo.max_num_steps): its epochs ended" in proc.stdout
+    assert "the last one ends at step 4" in proc.stdout and "; resubmitting (" not in proc.stdout
+    assert f"outcome recorded in {outcome}/{rid}.json: succeeded (epochs-ended)" in proc.stdout
+    recorded = json.loads((outcome / f"{rid}.json").read_text())
+    assert (recorded["state"], recorded["reason"], recorded["step"], recorded["attempt"]) == ("succeeded", "epochs-ended", 4, 1)
+    assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED"}
+    again = run_launcher(head, tmp_path, **spec)  # a new launcher pod (the Job retried, a helm upgrade)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"run {rid} already ended: succeeded (epochs-ended)" in again.stdout
+    assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED"}

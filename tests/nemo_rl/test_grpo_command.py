@@ -277,7 +277,7 @@ def test_one_node_is_split_between_training_and_generation():
 
 def test_the_note_is_in_the_files_header():
     text = render_text(Options(gpu="h200", nodes=8, generation_nodes=2), ["--gpu", "h200", "--nodes", "8", "--generation-nodes", "2"])
-    assert "# Chosen for a valid layout: prompts per step 16 -> 15: " in text.split("\n\n")[0]
+    assert "# Chosen by the generator: prompts per step 16 -> 15: " in text.split("\n\n")[0]
 
 
 def test_generation_placement_defaults():

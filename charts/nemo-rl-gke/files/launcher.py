@@ -217,12 +217,22 @@ def act(runs: Runs, seen: Seen, decision: Decision, ledger: Ledger, progress: Pr
     job_id = attempt_id(spec.submission_id, seen.attempt)
     if decision.action == FOLLOW:
         watch = GpuWatch(spec, ledger)
+        progress.new_attempt()
         status = follow_logs(runs, job_id, watch.look, lambda line: saw_line(line, ledger, progress))
         if step := progress.flush():
             log(step)
         ledger.run_ended()
         log(f"{job_id} ended: {status}" + (f" (the cluster lost a GPU node meanwhile: {watch.lost})" if watch.lost else ""))
-        return replace(seen, status=status, started=False, stalled=decision.stalled, lost_gpu_node=bool(watch.lost))
+        log_end, epoch_end_step = progress.end()
+        return replace(
+            seen,
+            status=status,
+            started=False,
+            stalled=decision.stalled,
+            lost_gpu_node=bool(watch.lost),
+            log_end=log_end,
+            epoch_end_step=epoch_end_step,
+        )
     if decision.action == WAIT_START:
         return replace(seen, status=wait_until_started(runs, job_id), started=True, stalled=decision.stalled)
     wait_for_gpus(spec, ledger)

@@ -28,7 +28,7 @@ MAX_BYTES = 1 << 16
 class Outcome:
     submission_id: str
     state: str  # one of STATES
-    reason: str  # completed, stopped-by-user, out-of-restarts, stalled
+    reason: str  # completed, epochs-ended, stopped-by-user, out-of-restarts, stalled
     attempt: int  # the last attempt's number
     job_id: str  # the last attempt's Ray submission id
     ray_status: str  # its Ray status (SUCCEEDED, FAILED, STOPPED)

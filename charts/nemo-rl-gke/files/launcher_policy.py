@@ -34,6 +34,7 @@ def backoff_s(tries: int, base_s: float, left_s: float, cap_s: float = BACKOFF_C
         return 0.0
     wait = min(cap_s, max(base_s, 0.0) * 2 ** max(tries - 1, 0))
     return min(wait, left_s)
+EPOCHS_ENDED = "epochs-ended"  # launcher_progress.EPOCHS_ENDED: the run's data spent
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Seen:
     lost_gpu_node: bool = False  # a GPU node of the cluster went away while this attempt ran
     recorded: str = ""  # the outcome recorded on the shared volume: succeeded, stopped or failed
     recorded_reason: str = ""  # why (launcher_outcome.Outcome.reason)
+    log_end: str = ""  # how the attempt's log says it ended (launcher_progress.Progress.end); "": unknown
+    epoch_end_step: int | None = None  # the step its last epoch ends at, from its log; None: unknown
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class Decision:
     stalled: int = 0  # the count of stalled failures to carry on
     after_failure: bool = False  # SUBMIT: a resubmission, which first waits for the GPUs
     final: str = ""  # STOP at the run's end: the outcome to record (succeeded, stopped, failed); "": none
-    reason: str = ""  # with final: completed, stopped-by-user, out-of-restarts or stalled
+    reason: str = ""  # with final: completed, epochs-ended, stopped-by-user, out-of-restarts or stalled
 
 
 # How to run a run again that has ended (its outcome is recorded, so the same run spec is never
@@ -109,10 +112,21 @@ def _after_success(spec: Spec, seen: Seen, job_id: str) -> Decision:
     # NeMo RL with checkpointing.checkpoint_must_save_by saves and returns normally once the
     # deadline is near (nemo_rl/algorithms/grpo.py at v0.5.0, v0.6.0 and v0.7.0: "Timeout has been
     # reached, stopping training early"), so the job is SUCCEEDED short of grpo.max_num_steps.
+    # With the data spent (grpo.max_num_epochs passes) grpo_train returns normally too, without a
+    # line of its own: a new attempt would find no data left and end the same way.
     newest = seen.newest_step
     if not wants_progress(spec, seen) or newest is None or newest >= spec.max_num_steps:
         return Decision(STOP, f"run {spec.submission_id} succeeded", final="succeeded", reason="completed")
     n = seen.attempt
+    if seen.log_end == EPOCHS_ENDED or (seen.epoch_end_step is not None and newest == seen.epoch_end_step):
+        why = (
+            f"{job_id} SUCCEEDED at step {newest} of {spec.max_num_steps} (grpo.max_num_steps): its epochs ended "
+            f"(grpo.max_num_epochs passes over the data; "
+            + (f"the last one ends at step {seen.epoch_end_step}" if seen.epoch_end_step is not None else "NeMo RL's log")
+            + "), not a save deadline; not resubmitting: no data is left. To train on, raise grpo.max_num_epochs and `helm upgrade`: "
+            "the new run resumes from the newest checkpoint in the same folder"
+        )
+        return Decision(STOP, why, final="succeeded", reason=EPOCHS_ENDED)
     short = f"{job_id} SUCCEEDED at step {newest} of {spec.max_num_steps} (grpo.max_num_steps): it stopped at its save deadline"
     if n >= 1 + spec.max_restarts:
         why = f"{short}; no restarts are left ({spec.max_restarts} allowed)"

@@ -17,7 +17,12 @@ grpo_train and async_grpo_train; nemo_rl/algorithms/utils.py, print_performance_
 - under "Timing": "  • Total step time: 12.34s" (the step alone: validation and checkpoint saves
   come after it);
 - print_performance_metrics, after the timing: "    - E2E (Tokens/sec/gpu): 123.45", then under
-  "Throughputs (per Group)" "    - E2E (Tokens/sec): 1975.20", the step's last line read here.
+  "Throughputs (per Group)" "    - E2E (Tokens/sec): 1975.20", the step's last line read here;
+- how grpo_train ends: "Timeout has been reached, stopping training early" (the save deadline,
+  checkpointing.checkpoint_must_save_by) or "Max number of steps has been reached, stopping
+  training early" (grpo.max_num_steps), each printed before it returns; when its `while
+  current_epoch < max_num_epochs` loop runs out (the data spent, grpo.max_num_epochs passes) it
+  returns without a line of its own (`end` tells the three apart).
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ _TOKENS = re.compile(rf"^- E2E \(Tokens/sec\): {_NUMBER}$")
 # Which reward line is "the mean reward": Avg Reward, else Avg Total Reward (every sample, as Avg
 # Reward is without dynamic sampling); Avg Filtered Reward only when neither is printed.
 _REWARD_RANK = {"Reward": 0, "Total Reward": 1, "Filtered Reward": 2}
+DEADLINE_LINE = "Timeout has been reached, stopping training early"
+MAX_STEPS_LINE = "Max number of steps has been reached"
+# How an attempt's log says it ended (`Progress.end`).
+DEADLINE, MAX_STEPS, EPOCHS_ENDED = "deadline", "max-steps", "epochs-ended"
 
 
 def step_header(line: str) -> tuple[int, int] | None:
@@ -79,15 +88,30 @@ class Progress:
         self.epoch = 1
         self.current: Step | None = None  # the step being logged
         self.steps: list[Step] = []  # steps whose line was given, in log order
+        self.new_attempt()
+
+    def new_attempt(self) -> None:
+        """Forget how the previous attempt's log ended (its steps stay, for the summary)."""
+        self.epoch = 1
+        self.stop_line = ""  # DEADLINE or MAX_STEPS when the attempt printed it
+        self.epochs: tuple[int, int] | None = None  # the newest epoch header's (E, M)
+        self.per_epoch: int | None = None  # steps per epoch, from a step header's M below max_steps
 
     # --- reading ---------------------------------------------------------------------------
 
     def saw_line(self, line: str) -> str | None:
         text = line.strip().lstrip("\ufeff")
+        if text == DEADLINE_LINE:
+            self.stop_line = DEADLINE
+        elif text.startswith(MAX_STEPS_LINE):
+            self.stop_line = MAX_STEPS
         if (epoch := epoch_header(text)) is not None:
             self.epoch = epoch[0]
+            self.epochs = epoch
             return None
         if (header := step_header(text)) is not None:
+            if self.max_steps and header[1] < self.max_steps:
+                self.per_epoch = header[1]
             done = self.flush()
             self.current = Step(*self._run_step(*header))
             return done
@@ -128,6 +152,16 @@ class Progress:
         return self.line(step)
 
     # --- telling ---------------------------------------------------------------------------
+
+    def end(self) -> tuple[str, int | None]:
+        """How the attempt whose log was read ended, for a SUCCEEDED job: DEADLINE or MAX_STEPS when
+        it printed the line; EPOCHS_ENDED when grpo_train began its last epoch (header E/M, E = M)
+        and returned without either line; "" when the log does not say (async GRPO, no log). And
+        the step the last epoch ends at (epochs x steps per epoch) when the headers give both."""
+        last_epoch = self.epochs is not None and self.epochs[0] == self.epochs[1]
+        how = self.stop_line or (EPOCHS_ENDED if last_epoch else "")
+        end_step = self.epochs[1] * self.per_epoch if self.epochs and self.per_epoch else None
+        return how, end_step
 
     @property
     def latest(self) -> Step | None:

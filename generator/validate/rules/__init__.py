@@ -8,6 +8,7 @@ from generator.validate.findings import Finding
 from generator.validate.rules import (
     accelerator,
     autopilot,
+    epochs,
     model_facts,
     names,
     nemo_rl,
@@ -21,7 +22,21 @@ from generator.validate.rules import (
 )
 from generator.validate.rules.context import Context
 
-RULES = (accelerator, autopilot, resources, networks, nemo_rl, nemo_rl_asserts, recipe, model_facts, storage, names, secrets, operations)
+RULES = (
+    accelerator,
+    autopilot,
+    resources,
+    networks,
+    nemo_rl,
+    nemo_rl_asserts,
+    recipe,
+    epochs,
+    model_facts,
+    storage,
+    names,
+    secrets,
+    operations,
+)
 
 
 def run_checks(values: dict[str, Any], release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset()) -> list[Finding]:
