@@ -14,6 +14,7 @@ from generator.validate.rules import (
     nemo_rl_asserts,
     networks,
     operations,
+    ray_start,
     recipe,
     resources,
     secrets,
@@ -21,7 +22,21 @@ from generator.validate.rules import (
 )
 from generator.validate.rules.context import Context
 
-RULES = (accelerator, autopilot, resources, networks, nemo_rl, nemo_rl_asserts, recipe, model_facts, storage, names, secrets, operations)
+RULES = (
+    accelerator,
+    autopilot,
+    resources,
+    networks,
+    nemo_rl,
+    nemo_rl_asserts,
+    recipe,
+    model_facts,
+    storage,
+    names,
+    secrets,
+    operations,
+    ray_start,
+)
 
 
 def run_checks(values: dict[str, Any], release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset()) -> list[Finding]:
