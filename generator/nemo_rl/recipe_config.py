@@ -29,7 +29,9 @@ from typing import Any, TypeVar, cast
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override as HydraOverride
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, grammar_parser
+from omegaconf.errors import GrammarParseError, InterpolationKeyError, OmegaConfBaseException, UnsupportedInterpolationType
+from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
 
 
 class OverrideError(ValueError):
@@ -179,6 +181,55 @@ def dotted_keys(config: Mapping[str, Any], prefix: str = "") -> list[str]:
 # --- values the recipe's types and NeMo RL / vLLM refuse ---------------------------------------
 
 
+def is_interpolation(value: Any) -> bool:
+    """True when omegaconf's own grammar reads `value` as holding an interpolation (`${a.b}`,
+    `${mul:${a},2}`, `x${a}`; not an escaped `\\${a}`). NeMo RL resolves the merged config with
+    `OmegaConf.to_container(config, resolve=True)` at start, so such a value stands for what it
+    resolves to, whatever the key's type (its own recipes write `max_new_tokens: ${policy...}`)."""
+    if not isinstance(value, str) or "${" not in value:
+        return False
+    try:
+        tree = grammar_parser.parse(value)
+    except GrammarParseError:
+        return False
+
+    def holds(node: Any) -> bool:
+        if isinstance(node, OmegaConfGrammarParser.InterpolationContext):
+            return True
+        return any(holds(c) for c in (node.getChildren() if hasattr(node, "getChildren") else ()))
+
+    return holds(tree)
+
+
+def register_resolvers() -> None:
+    """The resolvers NeMo RL registers before it resolves a config (nemo_rl/utils/config.py
+    `register_omegaconf_resolvers` from v0.6.0, `mul` in v0.5.0's examples/run_grpo_math.py),
+    with the same meaning, when nothing registered them yet."""
+    for name, fn in (("mul", lambda a, b: a * b), ("div", lambda a, b: a / b), ("max", max)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+def _resolve(cfg: DictConfig, key: str) -> tuple[Any, OverrideError | None]:
+    """(the value `key` resolves to in the merged config, or _MISSING when it cannot be resolved
+    here; the problem NeMo RL's resolution would raise, when it surely would)."""
+    try:
+        return OmegaConf.select(cfg, key, throw_on_resolution_failure=True), None
+    except InterpolationKeyError as e:
+        return _MISSING, OverrideError(
+            f"{key}: its interpolation names a key the run's config lacks (omegaconf: {_one_line(e)});"
+            " NeMo RL resolves the whole config at start and stops",
+            "name an existing key, e.g. ${policy.max_total_sequence_length}",
+        )
+    except UnsupportedInterpolationType as e:
+        return _MISSING, OverrideError(
+            f"{key}: its interpolation calls a resolver neither omegaconf nor NeMo RL registers (omegaconf: {_one_line(e)})",
+            "use ${other.key}, ${oc.env:VAR,default}, ${mul:a,b}, ${div:a,b} or ${max:a,b}",
+        )
+    except OmegaConfBaseException:
+        return _MISSING, None  # e.g. ${oc.env:VAR} with VAR set only in the pod: not decidable here
+
+
 def _kind(value: Any) -> str | None:
     if isinstance(value, bool):
         return "bool"
@@ -187,14 +238,14 @@ def _kind(value: Any) -> str | None:
     if isinstance(value, float):
         return "float"
     if isinstance(value, str):
-        return None if "${" in value else "str"
+        return None if is_interpolation(value) else "str"
     return None
 
 
 def _type_problem(key: str, old: Any, new: Any) -> OverrideError | None:
     """A value of another type than the recipe's (Hydra itself accepts any: NeMo RL fails later)."""
     want, got = _kind(old), _kind(new)
-    if want is None or new is None or got == want:
+    if want is None or got is None or got == want:
         return None
     if want == "float" and got == "int":
         return None
@@ -261,9 +312,26 @@ def _apply(cfg: DictConfig, plain: Mapping[str, Any], ov: Override) -> None:
         raise OverrideError(f"{ov}: Hydra refuses it: {hydra}") from None
 
 
-def _check_value(plain: Mapping[str, Any], ov: Override) -> OverrideError | None:
+def _check_value(plain: Mapping[str, Any], ov: Override, value: Any = _MISSING) -> OverrideError | None:
+    """The override's value (or `value`, what its interpolation resolved to) against the recipe's."""
     old = lookup(plain, ov.key)
-    return (_type_problem(ov.key, old, ov.value) if old is not _MISSING else None) or _bound_problem(ov.key, ov.value)
+    new = ov.value if value is _MISSING else value
+    return (_type_problem(ov.key, old, new) if old is not _MISSING else None) or _bound_problem(ov.key, new)
+
+
+def _check_interpolations(
+    cfg: DictConfig, pending: Mapping[str, tuple[W, Override, Mapping[str, Any]]]
+) -> list[tuple[W, str, OverrideError]]:
+    """Each override whose value is an interpolation, judged by what it resolves to once every
+    override is applied (omegaconf resolves the run's config after the last one)."""
+    problems: list[tuple[W, str, OverrideError]] = []
+    for key, (where, ov, before) in pending.items():
+        value, bad = _resolve(cfg, key)
+        if bad is None and value is not _MISSING:
+            bad = _check_value(before, ov, value)
+        if bad is not None:
+            problems.append((where, key, bad))
+    return problems
 
 
 def check_overrides(
@@ -272,9 +340,11 @@ def check_overrides(
     """Apply every override in order, as NeMo RL does, and collect every problem instead of stopping
     at the first: (the config with every good override applied, [(where, key, problem)]).
     `key` is the override's key, or its whole text when Hydra cannot parse it."""
+    register_resolvers()
     plain = _deepcopy(dict(config))
     cfg = _struct(plain)
     problems: list[tuple[W, str, OverrideError]] = []
+    pending: dict[str, tuple[W, Override, Mapping[str, Any]]] = {}  # interpolations, judged at the end
     for where, arg in entries:
         try:
             ov = Override.parse(arg)
@@ -286,17 +356,25 @@ def check_overrides(
         except OverrideError as e:
             problems.append((where, ov.key, e))
             continue
-        if (bad := _check_value(plain, ov)) is not None:
+        pending.pop(ov.key, None)
+        if is_interpolation(ov.value):
+            pending[ov.key] = (where, ov, plain)
+        elif (bad := _check_value(plain, ov)) is not None:
             problems.append((where, ov.key, bad))
         plain = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
-    return plain, problems
+    return plain, problems + _check_interpolations(cfg, pending)
 
 
 def apply_override(config: dict[str, Any], ov: Override) -> None:
     """Apply one override in place; an OverrideError names what NeMo RL would refuse."""
+    register_resolvers()
     cfg = _struct(config)
     _apply(cfg, config, ov)
-    bad = _check_value(config, ov)
+    if is_interpolation(ov.value):
+        value, bad = _resolve(cfg, ov.key)
+        bad = bad or (_check_value(config, ov, value) if value is not _MISSING else None)
+    else:
+        bad = _check_value(config, ov)
     if bad is not None:
         raise bad
     config.clear()

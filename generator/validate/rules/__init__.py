@@ -15,6 +15,7 @@ from generator.validate.rules import (
     nemo_rl_asserts,
     networks,
     operations,
+    ray_start,
     recipe,
     resources,
     secrets,
@@ -36,6 +37,7 @@ RULES = (
     names,
     secrets,
     operations,
+    ray_start,
 )
 
 

@@ -18,7 +18,14 @@ from generator.nemo_rl.placement import (
     Placement,
     placement,
 )
-from generator.nemo_rl.recipe_config import Override, OverrideError, check_overrides, grpo_override_args, winning
+from generator.nemo_rl.recipe_config import (
+    Override,
+    OverrideError,
+    check_overrides,
+    grpo_override_args,
+    is_interpolation,
+    winning,
+)
 from generator.nemo_rl.releases import RELEASES, NemoRlRelease
 from generator.values.worker_groups import worker_nodes
 from generator.vendored import MissingDataError, load_release_recipe
@@ -70,7 +77,11 @@ class Context:
         """The value an override gives `key` (the last one wins), else `default`; see `setting` for
         the value NeMo RL runs with."""
         entry = self.overrides.get(key)
-        return default if entry is None else entry.value
+        if entry is None:
+            return default
+        if is_interpolation(entry.value):  # what omegaconf resolves it to in the run's config
+            return self.setting(key)
+        return entry.value
 
     @cached_property
     def recipe_check(self) -> tuple[dict[str, Any], list[tuple[str, str, OverrideError]]] | None:
