@@ -197,3 +197,15 @@ def test_a_four_gpu_arm_row_with_dra_flows_through(x4: Path, tmp_path: Path, hel
     refused = tmp_path / "values-x4-autopilot.yaml"
     assert cli.main(["--gpu", "x4", "--mode", "autopilot", "-o", str(refused)]) != 0
     assert not refused.exists()
+
+
+def test_infra_script_takes_the_machines_installer(tmp_path: Path) -> None:
+    out = tmp_path / "infra.sh"
+    argv = ["infra", "--gpu", "gb200", "--project", "my-proj-1", "--region", "us-central1", "--zone", "us-central1-a"]
+    assert cli.main([*argv, "-o", str(out)]) == 0
+    script = out.read_text(encoding="utf-8")
+    assert "gpudirect-rdma/nccl-rdma-installer-a4x.yaml" in script and "GPUS_PER_NODE='4'" in script
+    assert "nccl-rdma-installer.yaml" not in script  # the x86 one
+    # Another gIB version: the arm64 image.
+    assert cli.main([*argv, "--gib-version", "v1.1.2", "-o", str(out), "--force"]) == 0
+    assert "nccl-plugin-gib-arm64:v1.1.2" in out.read_text(encoding="utf-8")
