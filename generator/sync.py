@@ -6,7 +6,8 @@
 - charts/nemo-rl-gke/values.schema.json  <- schemas/values.schema.json
 - charts/nemo-rl-gke/values.yaml         <- python -m generator --gpu <default profile, h200> (the chart's defaults)
 - charts/nemo-rl-gke/ci/<gpu>-values.yaml <- python -m generator --gpu <every other profile>
-- charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu <every profile> --mode autopilot
+- charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu <every profile Autopilot runs> --mode autopilot
+- charts/nemo-rl-gke/ci/*-dranet-values.yaml <- python -m generator --gpu <every profile managed DRANET serves> --network dranet
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 - docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
@@ -118,7 +119,16 @@ def targets() -> dict[Path, Callable[[], str]]:
             CHART_DIR / "values.yaml": _generated(["--gpu", DEFAULT_ACCELERATOR]),
         }
         | {CHART_DIR / "ci" / f"{gpu}-values.yaml": _generated(["--gpu", gpu]) for gpu in others}
-        | {CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"]) for gpu in PROFILES}
+        | {
+            CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"])
+            for gpu, p in PROFILES.items()
+            if p.autopilot
+        }
+        | {
+            CHART_DIR / "ci" / f"{gpu}-dranet-values.yaml": _generated(["--gpu", gpu, "--network", "dranet"])
+            for gpu, p in PROFILES.items()
+            if p.dranet
+        }
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
         | {path: (lambda text=text: text) for path, text in compiled().items()}

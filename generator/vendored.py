@@ -124,7 +124,20 @@ NEMO_RL_SRC = DataSet(
     pattern="*.py",
 )
 
-SETS: tuple[DataSet, ...] = (KUBERAY, NEMO_RL, GKE_NETWORKING, NEMO_RL_SRC)
+DRA_DRIVER = DataSet(
+    name="dra-driver-nvidia-gpu",
+    repository="kubernetes-sigs/dra-driver-nvidia-gpu",
+    license="Apache-2.0",
+    upstream_path="deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml",
+    source_folder="crds/dra-driver-nvidia-gpu-{version}",
+    versions={
+        # The newest release tag (chart 0.4.1); it serves ComputeDomain resource.nvidia.com/v1beta1 only.
+        "v0.4.1": "764900e7833798a1528bd52a2af3e1b2d5f7a616",
+    },
+    purpose="Every rendered ComputeDomain must be valid under the CRD of the DRA driver the infra script installs.",
+)
+
+SETS: tuple[DataSet, ...] = (KUBERAY, NEMO_RL, GKE_NETWORKING, NEMO_RL_SRC, DRA_DRIVER)
 REFRESH = "scripts/vendor.sh refresh FOLDER"
 
 
@@ -145,6 +158,17 @@ def crd_files(version: str) -> list[Path]:
     if not files:
         raise MissingDataError(
             f"{_relative(folder)}: the KubeRay {version} CRDs are missing from this checkout", "restore them with git checkout -- vendor/"
+        )
+    return files
+
+
+def dra_crd_files() -> list[Path]:
+    """The CRD files of NVIDIA's DRA driver (ComputeDomain), every carried version."""
+    files = sorted(DRA_DRIVER.root.glob("*/*.yaml"))
+    if not files:
+        raise MissingDataError(
+            f"{_relative(DRA_DRIVER.root)}: the DRA driver's CRDs are missing from this checkout",
+            "restore them with git checkout -- vendor/",
         )
     return files
 
@@ -305,7 +329,7 @@ def _needed_recipes() -> list[tuple[str, str]]:
     """(release, recipe) for every recipe the generator can choose for every release it offers."""
     from generator.nemo_rl.run_spec import MODELS
 
-    return [(tag, m.recipe) for tag in NEMO_RL.versions for m in MODELS.values()]
+    return [(tag, recipe) for tag in NEMO_RL.versions for m in MODELS.values() for recipe in m.recipes]
 
 
 def _needed_sources(tag: str) -> tuple[str, ...]:

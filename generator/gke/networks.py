@@ -1,7 +1,12 @@
 """GKE multi-network naming: one plan shared by the values file and the infra script.
 
-A GPU node has eth0 on the cluster's VPC, eth1 on a second gVNIC VPC and eth2..eth9 on the RoCE
-VPC's eight subnets. Each extra NIC is a `GKENetworkParamSet` + `Network` pair in the cluster.
+A GPU node has eth0 on the cluster's VPC, eth1 on a second gVNIC VPC and eth2.. on the RoCE
+VPC's subnets (one per RDMA NIC of the profile). Each extra NIC is a `GKENetworkParamSet` +
+`Network` pair in the cluster.
+
+Network modes (values `network.mode`): rdma (that multi-networking), dranet (GKE managed DRANET:
+the node pool's accelerator network profile attaches the RDMA NICs, pods claim them through DRA,
+no VPC or Network object of ours), tcp (eth0 only).
 """
 
 from __future__ import annotations
@@ -9,6 +14,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+MODES = ("rdma", "dranet", "tcp")
+DEFAULT_MODE = "rdma"
+# Managed DRANET ("Set up GKE managed DRANET", GKE docs; container-engine-accelerators
+# gpudirect-rdma/nccl-test-managed-rdma.yaml): node pools created with
+# --accelerator-network-profile=auto carry this label, the RDMA NICs are devices of this class.
+DRANET_PROFILE_LABEL = "gke.networks.io/accelerator-network-profile"
+DRANET_PROFILE = "auto"
+DRANET_DEVICE_CLASS = "mrdma.google.com"
+DRANET_MIN_GKE = "1.34.1-gke.1829001"
 DEFAULT_PREFIX = "nemo-rl"
 DEFAULT_NETWORK = "default"
 GVNIC_NETWORK = "gvnic-1"

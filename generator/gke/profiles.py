@@ -1,4 +1,5 @@
-"""Accelerator profiles: the one table of per-GPU facts (machine, labels, NCCL tuner, sizes).
+"""Accelerator profiles: the one table of per-GPU facts (machine, labels, CPU architecture, NIC
+layout, gIB installer, NCCL tuner, sizes, what the machine needs of DRA).
 
 Everything accelerator-dependent that the values file, `validate` and the infra script need
 comes from here; templates only read what the generator wrote into values. Adding a profile:
@@ -29,6 +30,26 @@ class AcceleratorProfile:
     # Compute Engine's regional quota metric of the GPU (as `gcloud compute regions describe`
     # reports it); Spot and flex-start VMs draw on PREEMPTIBLE_<metric>. "": NVIDIA_<KEY>_GPUS.
     gpu_quota_metric: str = ""
+    # The host CPU's architecture (the node label kubernetes.io/arch). GKE taints Arm nodes
+    # kubernetes.io/arch=arm64:NoSchedule, so pods for them select and tolerate it.
+    cpu_arch: str = "amd64"
+    # Google's NCCL RDMA installer DaemonSet for a Standard cluster (container-engine-accelerators
+    # gpudirect-rdma/<file>); Autopilot's is nccl-rdma-installer-autopilot.yaml for every machine.
+    gib_installer: str = "nccl-rdma-installer.yaml"
+    # Cross-node NVLink (GB200 NVL72): every GPU worker claims the channel of one ComputeDomain of
+    # NVIDIA's DRA driver. GKE's DRA does not run on Autopilot.
+    compute_domain: bool = False
+    # GKE managed DRANET attaches this machine's RDMA NICs (network.mode: dranet).
+    dranet: bool = True
+
+    @property
+    def autopilot(self) -> bool:
+        """Autopilot runs this machine: not when it needs DRA (GKE's DRA docs: not on Autopilot)."""
+        return not self.compute_domain
+
+    @property
+    def tuner_file(self) -> str:
+        return self.nccl_tuner_config_path.rsplit("/", 1)[-1] if self.nccl_tuner_config_path else ""
 
     @property
     def quota_metric(self) -> str:
@@ -67,6 +88,32 @@ PROFILES: dict[str, AcceleratorProfile] = {
         rdma_nics=8,
         shm_size_gib=240,
         gpu_quota_metric="NVIDIA_H200_GPUS",
+    ),
+    # A4X: container-engine-accelerators gpudirect-rdma/nccl-test-imex-a4x.yaml (4 GPUs, arm64,
+    # rdma-0..rdma-3, the ComputeDomain channel claim) and nccl-rdma-installer-a4x.yaml (the arm64
+    # gIB image); AI-Hypercomputer/gpu-recipes training/a4x/*/workload-job.yaml (gvnic-1 on eth1 and
+    # rdma-0..3 on eth2..eth5, ComputeDomain per job). No public A4X tuner file (the recipes point at
+    # the A3 Ultra one): empty, so gIB's set_nccl_env.sh chooses. GKE floor of the recipes'
+    # clusters: 1.33.4-gke.1036000. Host (Compute Engine accelerator-optimized machine docs, not checked
+    # against a source here): 140 Arm vCPUs, 884 GB memory, 12,000 GiB local SSD, 186 GB HBM per GPU.
+    "gb200": AcceleratorProfile(
+        key="gb200",
+        display_name="NVIDIA GB200",
+        machine_type="a4x-highgpu-4g",
+        node_label="nvidia-gb200",
+        gpus_per_node=4,
+        gpu_memory_gb=186,
+        host_vcpus=140,
+        host_memory_gib=884,
+        local_ssd_gb=12000,
+        nccl_tuner_config_path="",
+        min_gke_version="1.33.4-gke.1036000",
+        rdma_nics=4,
+        shm_size_gib=240,
+        gpu_quota_metric="NVIDIA_GB200_GPUS",
+        cpu_arch="arm64",
+        gib_installer="nccl-rdma-installer-a4x.yaml",
+        compute_domain=True,
     ),
 }
 

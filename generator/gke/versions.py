@@ -42,6 +42,15 @@ FLEX_START = Floor(
 )
 
 
+# GKE managed DRANET ("Set up GKE managed DRANET": GKE 1.34.1-gke.1829001 or later, Standard
+# clusters with Dataplane V2).
+DRANET = Floor(
+    "1.34.1-gke.1829001",
+    "managed DRANET (--accelerator-network-profile=auto)",
+    "https://docs.cloud.google.com/kubernetes-engine/docs/how-to/config-managed-dranet",
+)
+
+
 def key(version: str) -> tuple[int, ...]:
     """A GKE version (1.33.2-gke.4655000) as a tuple that sorts as GKE orders versions."""
     m = _VERSION.fullmatch(version)
@@ -50,10 +59,19 @@ def key(version: str) -> tuple[int, ...]:
     return tuple(int(g) for g in m.groups())
 
 
-def floors(accelerator: AcceleratorProfile, flex_start: bool) -> list[Floor]:
-    """Every floor that applies to a cluster for this accelerator (flex-start: some pool uses it)."""
+def machine_floors(accelerator: AcceleratorProfile, network_mode: str) -> list[Floor]:
+    """The floors of the GPU machine and how its NICs are attached (values accelerator.minGkeVersion)."""
     own = Floor(accelerator.min_gke_version, f"{accelerator.machine_type} with GPUDirect RDMA", "generator/gke/profiles.py")
-    return [own, LUSTRE_CSI, LUSTRE_PORT_988, *([FLEX_START] if flex_start else [])]
+    return [own, *([DRANET] if network_mode == "dranet" else [])]
+
+
+def machine_floor(accelerator: AcceleratorProfile, network_mode: str) -> str:
+    return highest(machine_floors(accelerator, network_mode)).version
+
+
+def floors(accelerator: AcceleratorProfile, flex_start: bool, network_mode: str = "rdma") -> list[Floor]:
+    """Every floor that applies to a cluster for this accelerator (flex-start: some pool uses it)."""
+    return [*machine_floors(accelerator, network_mode), LUSTRE_CSI, LUSTRE_PORT_988, *([FLEX_START] if flex_start else [])]
 
 
 def highest(found: list[Floor]) -> Floor:

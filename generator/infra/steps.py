@@ -69,12 +69,14 @@ def owner_mark(o: InfraOptions) -> str:
 
 
 def installer_url(o: InfraOptions) -> str:
-    return installer_manifest_url(o.mode, o.rdma_installer_commit)
+    return installer_manifest_url(o.mode, o.rdma_installer_commit, o.gpu)
 
 
-def installer_manifest_url(mode: str, commit: str = RDMA_INSTALLER_COMMIT) -> str:
-    """The NCCL RDMA installer manifest for a GKE mode, at a pinned commit."""
-    return f"{INSTALLER_BASE.format(commit=commit)}/{INSTALLERS[mode][0]}"
+def installer_manifest_url(mode: str, commit: str = RDMA_INSTALLER_COMMIT, gpu: str = "") -> str:
+    """The NCCL RDMA installer manifest for a GKE mode (on Standard, the machine's own: A4X's is
+    the arm64 one, nccl-rdma-installer-a4x.yaml), at a pinned commit."""
+    name = profile(gpu).gib_installer if gpu and mode == "standard" else INSTALLERS[mode][0]
+    return f"{INSTALLER_BASE.format(commit=commit)}/{name}"
 
 
 def min_version(o: InfraOptions) -> versions.Floor:
@@ -113,7 +115,8 @@ def variables(o: InfraOptions) -> list[tuple[str, str | tuple[str, ...]]]:
         ("RDMA_RANGES", tuple(RDMA_RANGE.format(i + 1) for i in range(len(plan.rdma)))),
         ("RDMA_INSTALLER_URL", installer_url(o)),
         ("RDMA_INSTALLER_NAMESPACE", INSTALLERS[o.mode][1]),
-        ("GIB_IMAGE", f"{GIB_IMAGE}:{o.gib_version}"),
+        # The arm64 installer runs the -arm64 image (nccl-rdma-installer-a4x.yaml at the pinned commit).
+        ("GIB_IMAGE", f"{GIB_IMAGE}{'-arm64' if p.cpu_arch == 'arm64' else ''}:{o.gib_version}"),
         ("NAMESPACE", o.namespace),
         ("KUEUE_MANIFEST", kueue.MANIFEST),
         ("KUEUE_QUEUE", o.kueue_queue),

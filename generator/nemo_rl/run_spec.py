@@ -11,7 +11,7 @@ nodes, generation placement, release); the chart only quotes it into the command
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from generator.nemo_rl import epochs as data_epochs
@@ -50,6 +50,21 @@ class ModelPreset:
     max_steps: int
     default_generation_fraction: float  # share of nodes for dedicated generation (0: colocated)
     save_period: int = 10  # the recipe's checkpointing.save_period (every release's grpo_math_1B.yaml)
+    # Machines with fewer GPUs per node (A4X: 4): GPUs per node -> (recipe, training TP, vLLM TP),
+    # NeMo RL's own recipe for that node size. A size not listed keeps the fields above, whose TPs
+    # must then divide it.
+    by_gpus_per_node: tuple[tuple[int, str, int, int], ...] = ()
+
+    def for_node(self, gpus_per_node: int) -> ModelPreset:
+        """This preset on nodes of `gpus_per_node` GPUs: the recipe and TPs NeMo RL made for them."""
+        for gpn, recipe, train_tp, vllm_tp in self.by_gpus_per_node:
+            if gpn == gpus_per_node:
+                return replace(self, recipe=recipe, train_tp=train_tp, vllm_tp=vllm_tp)
+        return self
+
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        return (self.recipe, *(r for _, r, _, _ in self.by_gpus_per_node))
 
 
 MODELS: dict[str, ModelPreset] = {
@@ -67,6 +82,8 @@ MODELS: dict[str, ModelPreset] = {
         generations_per_prompt=64,
         max_steps=300,
         default_generation_fraction=0.5,
+        # NeMo RL's recipe for 4-GPU nodes (v0.5.0-v0.7.0): training TP 4, vLLM TP 2.
+        by_gpus_per_node=((4, "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml", 4, 2),),
     ),
     "llama3.2-1b": ModelPreset(
         key="llama3.2-1b",
@@ -81,6 +98,7 @@ MODELS: dict[str, ModelPreset] = {
         generations_per_prompt=16,
         max_steps=20,
         default_generation_fraction=0.0,
+        by_gpus_per_node=((4, "examples/configs/recipes/llm/grpo-llama3.2-1b-instruct-1n4g-fsdp2tp1.v3.yaml", 1, 1),),
     ),
     # Ungated: the quick start needs no Hugging Face token.
     "qwen2.5-1.5b": ModelPreset(
@@ -165,7 +183,7 @@ def run_name(choices: RunChoices, preset: ModelPreset) -> str:
 
 def _preset(choices: RunChoices) -> ModelPreset:
     try:
-        return MODELS[choices.model]
+        return MODELS[choices.model].for_node(choices.gpus_per_node)
     except KeyError:
         raise SpecError(f"unknown model {choices.model!r}: choose one of {', '.join(MODELS)}") from None
 

@@ -86,8 +86,9 @@ def _dump(data: Any) -> str:
 
 
 def compiled() -> dict[Path, str]:
-    """Every file of schemas/kuberay/ and its text, from the vendored CRDs (scripts/sync.sh)."""
-    from generator.vendored import KUBERAY, crd_files
+    """Every file of schemas/kuberay/ and its text, from the vendored CRDs the chart renders objects
+    of: KubeRay's and the DRA driver's ComputeDomain (scripts/sync.sh)."""
+    from generator.vendored import KUBERAY, crd_files, dra_crd_files
 
     kinds: dict[tuple[str, str, str], dict[str, Any]] = {}
     sources = {}
@@ -96,8 +97,12 @@ def compiled() -> dict[Path, str]:
             sources[f"{version}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
             for gvk, openapi in load_crd(path).items():
                 kinds.setdefault(gvk, {})[f"kuberay-{version}"] = json_schema(openapi)
+    for path in dra_crd_files():  # NVIDIA's DRA driver: the ComputeDomain of A4X's NVLink domain
+        sources[f"dra-driver-{path.parent.name}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        for gvk, openapi in load_crd(path).items():
+            kinds.setdefault(gvk, {})[f"dra-driver-{path.parent.name}"] = json_schema(openapi)
     index = {
-        "written_by": "scripts/sync.sh from vendor/kuberay (generator/render/crd_schema.py); do not edit",
+        "written_by": "scripts/sync.sh from vendor/kuberay and vendor/dra-driver-nvidia-gpu (generator/render/crd_schema.py); do not edit",
         "sources": sources,
         "kinds": {"/".join(gvk): {"file": _kind_file(gvk), "sets": list(sets)} for gvk, sets in sorted(kinds.items())},
     }

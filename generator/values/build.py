@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from generator.gke import networks
+from generator.gke import networks, versions
 from generator.gke.profiles import profile
 from generator.gke.provisioning import DEFAULT_MODE, DEFAULT_PROVISIONING, MODES, PROVISIONING
 from generator.gke.sizing import worker_sizing
@@ -57,13 +57,14 @@ class Options:
     save_by: str | None = None  # None: 06:22:00:00 with flex-start (7-day VMs), else not set
     groups: tuple[GroupSpec, ...] = ()  # empty: one group "gpu" of `nodes` replicas
     kueue_queue: str = ""
+    network: str = networks.DEFAULT_MODE  # one of networks.MODES
 
 
 def _quantity_gib(n: int) -> str:
     return f"{n}Gi"
 
 
-def accelerator_values(gpu: str) -> dict[str, Any]:
+def accelerator_values(gpu: str, network: str = networks.DEFAULT_MODE) -> dict[str, Any]:
     p = profile(gpu)
     return {
         "type": p.key,
@@ -71,14 +72,18 @@ def accelerator_values(gpu: str) -> dict[str, Any]:
         "nodeLabel": p.node_label,
         "gpusPerNode": p.gpus_per_node,
         "ncclTunerConfigPath": p.nccl_tuner_config_path,
-        "minGkeVersion": p.min_gke_version,
+        "minGkeVersion": versions.machine_floor(p, network),
+        "cpuArch": p.cpu_arch,
+        "computeDomain": p.compute_domain,
     }
 
 
-def network_values(prefix: str, rdma_nics: int, create_objects: bool = True) -> dict[str, Any]:
+def network_values(prefix: str, rdma_nics: int, create_objects: bool = True, mode: str = "rdma") -> dict[str, Any]:
+    if mode not in networks.MODES:
+        raise ValueError(f"unknown network mode {mode!r}: choose one of {', '.join(networks.MODES)}")
     plan = networks.plan(prefix, rdma_nics)
     return {
-        "mode": "rdma",
+        "mode": mode,
         "createObjects": create_objects,
         "defaultNetwork": networks.DEFAULT_NETWORK,
         "gvnic": {"name": plan.gvnic.name, "vpc": plan.gvnic.vpc, "subnet": plan.gvnic.subnet},
@@ -231,7 +236,7 @@ def build(opts: Options) -> dict[str, Any]:
         "nameOverride": "",
         "fullnameOverride": opts.name,
         "commonLabels": {},
-        "accelerator": accelerator_values(opts.gpu),
+        "accelerator": accelerator_values(opts.gpu, opts.network),
         "gke": gke_values(opts.mode),
         "image": {
             "repository": releases.IMAGE_REPOSITORY,
@@ -243,7 +248,7 @@ def build(opts: Options) -> dict[str, Any]:
         "imagePullSecrets": [],
         "rayVersion": rel.ray_version,
         "serviceAccount": {"create": True, "name": "", "annotations": {}},
-        "network": network_values(opts.network_prefix, p.rdma_nics, create_objects=not opts.existing_networks),
+        "network": network_values(opts.network_prefix, p.rdma_nics, create_objects=not opts.existing_networks, mode=opts.network),
         "nccl": {"debug": False, "extraEnv": {}},
         "storage": {
             "mountPath": MOUNT_PATH,

@@ -9,6 +9,7 @@ from pathlib import Path
 from generator.core.arg_types import int_range
 from generator.core.errors import InputError
 from generator.core.option_specs import OptionSpec, add_arguments, canonical_argv, options_of
+from generator.gke import networks
 from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import MODES, PROVISIONING
 from generator.nemo_rl import releases
@@ -41,6 +42,12 @@ GENERATE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--output", "values file to write; default values-<gpu>.yaml in the current folder", short="-o", field=None, type=Path),
     OptionSpec("--name", "RayCluster/object name prefix (fullnameOverride); default: the Helm release name", header=2),
     OptionSpec("--storage-claim", "use this existing ReadWriteMany PVC instead of a static Lustre volume", header=3),
+    OptionSpec(
+        "--network",
+        "how GPU workers reach each other: rdma (multi-networking), dranet (GKE managed DRANET), tcp; default rdma",
+        choices=lambda: networks.MODES,
+        header=22,
+    ),
     OptionSpec("--network-prefix", "prefix of the VPC and subnet names (same as for `infra`)", header=4),
     OptionSpec(
         "--existing-networks",

@@ -42,9 +42,19 @@ def accelerator_schema(section: dict[str, Any]) -> dict[str, Any]:
         f"Value of the node label cloud.google.com/gke-accelerator that GPU workers select ({_either([p.node_label for p in profiles])})."
     )
     props["nodeLabel"]["enum"] = [p.node_label for p in profiles]
-    tuners = ", ".join(f"{PurePosixPath(p.nccl_tuner_config_path).name} for {p.key.upper()}" for p in profiles)
-    props["ncclTunerConfigPath"]["description"] = f"NCCL_TUNER_CONFIG_PATH for the gIB plugin on this machine ({tuners})."
+    tuners = ", ".join(
+        f"{PurePosixPath(p.nccl_tuner_config_path).name} for {p.key.upper()}" if p.nccl_tuner_config_path else f"empty for {p.key.upper()}"
+        for p in profiles
+    )
+    props["ncclTunerConfigPath"]["description"] = (
+        f"NCCL_TUNER_CONFIG_PATH for the gIB plugin on this machine ({tuners}); empty: gIB's set_nccl_env.sh chooses."
+    )
     props["gpusPerNode"]["maximum"] = max(p.gpus_per_node for p in profiles)
+    sizes = sorted({p.gpus_per_node for p in profiles})
+    props["gpusPerNode"]["description"] = (
+        f"GPUs each worker pod requests (nvidia.com/gpu): one worker pod takes a whole node ({_either([str(n) for n in sizes])} GPUs)."
+    )
+    props["cpuArch"]["enum"] = sorted({"amd64", *(p.cpu_arch for p in profiles)})
     return section
 
 

@@ -101,9 +101,9 @@ def test_example_validates_lints_and_renders(helm_major, path):
     assert validate_documents(parse_documents(render_text(helm_major, [path]))) == []
 
 
-def test_every_example_exists_for_both_accelerators_and_is_explained():
+def test_every_example_exists_for_every_accelerator_and_is_explained():
     readme = (ROOT / "README.md").read_text()
-    assert {p.stem for p in EXAMPLE_FILES} == {f"{n}-{g}" for n in EXAMPLES for g in ("b200", "h200")}
+    assert {p.stem for p in EXAMPLE_FILES} == {f"{n}-{g}" for n in EXAMPLES for g in PROFILES}
     for name in EXAMPLES:
         section = readme.split(f"examples/{name}-", 1)
         assert len(section) == 2, f"README does not present examples/{name}-*.yaml"

@@ -12,11 +12,22 @@ def test_profiles_hold_the_documented_machine_facts():
     assert (h.machine_type, h.node_label, h.min_gke_version) == ("a3-ultragpu-8g", "nvidia-h200-141gb", "1.31.7-gke.1265000")
     assert b.nccl_tuner_config_path.endswith("tuner_config_a4.txtpb")
     assert h.nccl_tuner_config_path.endswith("tuner_config_a3u.txtpb")
-    assert all(p.gpus_per_node == 8 and p.rdma_nics == 8 for p in PROFILES.values())
+    assert all(p.gpus_per_node == 8 and p.rdma_nics == 8 and p.cpu_arch == "amd64" for p in (b, h))
+    assert not (b.compute_domain or h.compute_domain) and b.autopilot and h.autopilot
+
+
+def test_a4x_row_holds_the_documented_facts():
+    """container-engine-accelerators gpudirect-rdma/nccl-test-imex-a4x.yaml and nccl-rdma-installer-a4x.yaml."""
+    g = profile("gb200")
+    assert (g.machine_type, g.node_label, g.gpus_per_node, g.rdma_nics) == ("a4x-highgpu-4g", "nvidia-gb200", 4, 4)
+    assert (g.cpu_arch, g.gib_installer) == ("arm64", "nccl-rdma-installer-a4x.yaml")
+    assert g.nccl_tuner_config_path == ""  # no public A4X tuner file: gIB's set_nccl_env.sh chooses
+    assert g.compute_domain and not g.autopilot and g.dranet
+    assert set(PROFILES) == {"b200", "h200", "gb200"}
 
 
 def test_unknown_accelerator_is_a_clear_error():
-    with pytest.raises(ValueError, match="choose one of b200, h200"):
+    with pytest.raises(ValueError, match="choose one of b200, h200, gb200"):
         profile("a100")
 
 

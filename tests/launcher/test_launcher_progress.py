@@ -99,6 +99,8 @@ def test_the_ledger_says_nodes_stay_billed_only_on_a_cluster():
         ledger = ledger_mod.Ledger(2, billed=billed)
         ledger.run_ended()
         assert ledger.summary().endswith("end of run to GPU workers gone: not seen" + tail)
+
+
 # How grpo_train ended, from its log (grpo.py v0.5.0-v0.7.0): the deadline and max-steps lines, or
 # none when the epoch loop ran out; (end, epochs, figures logged, what `end()` answers).
 ENDINGS = [

@@ -34,6 +34,8 @@ def backoff_s(tries: int, base_s: float, left_s: float, cap_s: float = BACKOFF_C
         return 0.0
     wait = min(cap_s, max(base_s, 0.0) * 2 ** max(tries - 1, 0))
     return min(wait, left_s)
+
+
 EPOCHS_ENDED = "epochs-ended"  # launcher_progress.EPOCHS_ENDED: the run's data spent
 
 

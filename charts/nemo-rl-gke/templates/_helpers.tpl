@@ -141,14 +141,46 @@ Ray containers. Head and workers get the same environment: NeMo RL forwards the 
 (head's) environment to every Ray actor, so a variable that differed would be overwritten.
 --------------------------------------------------------------------------------- */}}
 
+{{/* "true" when the GPU workers have RDMA NICs and NCCL uses gIB (network.mode rdma or dranet), else "". */}}
+{{- define "nemo-rl-gke.gib" -}}
+{{- if has .Values.network.mode (list "rdma" "dranet") }}true{{ end -}}
+{{- end -}}
+
+{{/* The names of the DRA objects: the ComputeDomain, its channel's ResourceClaimTemplate (made by
+NVIDIA's DRA driver from the ComputeDomain) and the managed-DRANET ResourceClaimTemplate. */}}
+{{- define "nemo-rl-gke.computeDomainName" -}}
+{{- printf "%s-compute-domain" (include "nemo-rl-gke.fullname" .) -}}
+{{- end -}}
+{{- define "nemo-rl-gke.channelClaimTemplate" -}}
+{{- printf "%s-channel" (include "nemo-rl-gke.fullname" .) -}}
+{{- end -}}
+{{- define "nemo-rl-gke.rdmaClaimTemplate" -}}
+{{- printf "%s-rdma" (include "nemo-rl-gke.fullname" .) -}}
+{{- end -}}
+
+{{/* The DRA claims of a GPU worker pod as (name -> ResourceClaimTemplate), JSON: the ComputeDomain's
+channel (accelerator.computeDomain) and the RDMA NICs (network.mode dranet). The head claims nothing. */}}
+{{- define "nemo-rl-gke.workerClaims" -}}
+{{- $claims := dict -}}
+{{- if .Values.accelerator.computeDomain -}}
+{{- $_ := set $claims "compute-domain-channel" (include "nemo-rl-gke.channelClaimTemplate" .) -}}
+{{- end -}}
+{{- if eq .Values.network.mode "dranet" -}}
+{{- $_ := set $claims "rdma" (include "nemo-rl-gke.rdmaClaimTemplate" .) -}}
+{{- end -}}
+{{- toJson $claims -}}
+{{- end -}}
+
 {{/* NCCL variables as a name -> value map: the mode's defaults, then debug, then extraEnv. */}}
 {{- define "nemo-rl-gke.ncclEnvMap" -}}
 {{- $env := dict "NCCL_SOCKET_IFNAME" "eth0" "GLOO_SOCKET_IFNAME" "eth0" "TP_SOCKET_IFNAME" "eth0" -}}
-{{- if eq .Values.network.mode "rdma" -}}
+{{- if include "nemo-rl-gke.gib" . -}}
 {{- $_ := set $env "NCCL_NET" "gIB" -}}
 {{- $_ := set $env "NCCL_CROSS_NIC" "0" -}}
 {{- $_ := set $env "NCCL_NET_GDR_LEVEL" "PIX" -}}
-{{- $_ := set $env "NCCL_TUNER_CONFIG_PATH" .Values.accelerator.ncclTunerConfigPath -}}
+{{- with .Values.accelerator.ncclTunerConfigPath -}}
+{{- $_ := set $env "NCCL_TUNER_CONFIG_PATH" . -}}
+{{- end -}}
 {{- end -}}
 {{- if .Values.nccl.debug -}}
 {{- $_ := set $env "NCCL_DEBUG" "INFO" -}}

@@ -151,7 +151,13 @@ class Context:
 
     @property
     def rdma(self) -> bool:
+        """GKE multi-networking RDMA (network.mode rdma): the chart renders the interfaces and Networks."""
         return self.values["network"]["mode"] == "rdma"
+
+    @property
+    def gib(self) -> bool:
+        """The workers have RDMA NICs and NCCL uses gIB (network.mode rdma or dranet)."""
+        return self.values["network"]["mode"] in ("rdma", "dranet")
 
     @property
     def mount(self) -> str:

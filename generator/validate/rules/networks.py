@@ -90,6 +90,15 @@ def check(ctx: Context) -> Iterator[Finding]:
 def _nics(ctx: Context) -> Iterator[Finding]:
     net = ctx.values["network"]
     nccl_env = ctx.values.get("nccl", {}).get("extraEnv", {}) or {}
+    if net["mode"] == "dranet":
+        for i, _ in _groups_with_interface_annotations(ctx):
+            yield error(
+                f"workerGroups[{i}].annotations",
+                f"{INTERFACES} is set but network.mode is dranet: managed DRANET pods keep networking.gke.io/default-interface "
+                "eth0 without an interfaces list (GKE attaches the RDMA NICs through the claim)",
+                "remove the annotation",
+            )
+        return
     if not ctx.rdma:
         for i, _ in _groups_with_interface_annotations(ctx):
             yield error(

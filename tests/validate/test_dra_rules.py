@@ -1,0 +1,68 @@
+"""A4X and managed DRANET rules of `validate`: what GKE refuses (DRA and DRANET on Autopilot,
+DRANET below its GKE floor, an interfaces list beside DRANET) and the machine's own fields."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from generator.gke import versions
+from generator.validate.findings import ERROR
+from generator.validate.values import validate_values
+from generator.values.build import Options, build
+
+
+def _errors(values: dict[str, Any]) -> dict[str, str]:
+    return {f.key: f.message for f in validate_values(values) if f.level == ERROR}
+
+
+@pytest.mark.parametrize(("gpu", "network"), [("gb200", "rdma"), ("gb200", "dranet"), ("h200", "dranet"), ("b200", "dranet")])
+def test_generated_files_are_valid(gpu: str, network: str) -> None:
+    values = build(Options(gpu=gpu, network=network))
+    assert _errors(values) == {}
+    want = versions.DRANET.version if network == "dranet" else values["accelerator"]["minGkeVersion"]
+    assert values["accelerator"]["minGkeVersion"] == want
+
+
+def test_a4x_on_autopilot_is_refused_with_the_reason() -> None:
+    values = build(Options(gpu="gb200"))
+    values["gke"]["mode"] = "autopilot"
+    errors = _errors(values)
+    assert "DRA does not run on Autopilot" in errors["gke.mode"]
+
+
+def test_dranet_on_autopilot_and_below_its_floor_is_refused() -> None:
+    values = build(Options(gpu="h200", network="dranet"))
+    low = copy.deepcopy(values)
+    low["accelerator"]["minGkeVersion"] = "1.33.5-gke.1000000"
+    assert "below managed DRANET's floor 1.34.1-gke.1829001" in _errors(low)["accelerator.minGkeVersion"]
+    auto = copy.deepcopy(values)
+    auto["gke"]["mode"] = "autopilot"
+    assert "Standard only" in _errors(auto)["network.mode"]
+
+
+def test_dranet_with_an_interfaces_list_is_refused() -> None:
+    values = build(Options(gpu="b200", network="dranet"))
+    values["workerGroups"][0]["annotations"] = {"networking.gke.io/interfaces": "[]"}
+    assert "default-interface eth0 without an interfaces list" in _errors(values)["workerGroups[0].annotations"]
+
+
+@pytest.mark.parametrize(("key", "bad"), [("cpuArch", "amd64"), ("computeDomain", False), ("gpusPerNode", 8)])
+def test_a4x_fields_belong_to_the_machine(key: str, bad: object) -> None:
+    values = build(Options(gpu="gb200"))
+    values["accelerator"][key] = bad
+    assert f"accelerator.{key}" in _errors(values)
+    del values["accelerator"]["cpuArch"]  # absent reads as amd64
+    assert "accelerator.cpuArch" in _errors(values)
+
+
+def test_a4x_presets_fit_four_gpu_nodes() -> None:
+    """Tensor parallel of training and vLLM within a 4-GPU node, NeMo RL's 4-GPU recipes."""
+    for model in ("gemma3-27b", "llama3.2-1b", "qwen2.5-1.5b"):
+        grpo = build(Options(gpu="gb200", model=model))["grpo"]
+        ov = dict(o.split("=", 1) for o in grpo["overrides"])
+        assert int(ov["policy.dtensor_cfg.tensor_parallel_size"]) <= 4
+        assert 4 % int(ov["policy.generation.vllm_cfg.tensor_parallel_size"]) == 0
+        assert ov["cluster.gpus_per_node"] == "4"
