@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
 from generator.core.paths import ROOT
 from generator.helm.runner import Helm, helm_env
 from generator.infra.steps import NAMESPACE_LABELS
@@ -20,6 +23,20 @@ from testbed.kube import Kube, wait_for
 CHART = ROOT / "charts" / "nemo-rl-gke"
 RAY = "ray.io/v1"
 _names = itertools.count(1)
+
+# Issue 28's last part: the test bed does not yet simulate A4X nodes (arm64, 4 GPUs), the DRA
+# driver's ComputeDomain CRD or the ResourceSlices DRANET's and the ComputeDomain's claims need.
+NOT_ON_THE_BED = "needs DRA on the test bed (A4X nodes, ComputeDomain CRD, ResourceSlices): not simulated yet, issue 28"
+
+
+def needs_dra(values: Path) -> bool:
+    doc = yaml.safe_load(values.read_text()) or {}
+    return bool(doc.get("accelerator", {}).get("computeDomain")) or doc.get("network", {}).get("mode") == "dranet"
+
+
+def scenarios(paths: Sequence[Path]) -> list[Any]:
+    """Every example and ci/ scenario as a test parameter; those the bed cannot hold yet are skipped, saying why."""
+    return [pytest.param(p, marks=pytest.mark.skip(reason=NOT_ON_THE_BED)) if needs_dra(p) else p for p in paths]
 
 
 def unique(prefix: str) -> str:

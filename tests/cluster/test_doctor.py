@@ -16,7 +16,7 @@ from typing import Any
 
 import clusters
 import pytest
-from bed_helpers import wait_ready
+from bed_helpers import scenarios, wait_ready
 from clusters import Made, installed_release, made_for, rendered_for, unique
 
 from generator.cli import main
@@ -114,7 +114,7 @@ def test_the_operators_image_is_named_where_a_deployment_runs_it(tutorial, capsy
     assert "; operator kuberay-system/kuberay-operator runs quay.io/kuberay/operator:v1.6.2" in lines_of(out)["kuberay-crd"]
 
 
-SCENARIOS = sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))
+SCENARIOS = scenarios(sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml")))
 
 
 @pytest.mark.parametrize("values", SCENARIOS, ids=lambda p: f"{p.parent.name}/{p.name}")

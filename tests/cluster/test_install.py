@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bed_helpers import CHART, RAY, Release, namespace, remove_cluster_scoped, unique
+from bed_helpers import CHART, RAY, Release, namespace, remove_cluster_scoped, scenarios, unique
 
 from generator.core.paths import ROOT
 from generator.helm import runner as helm_mod
 
-SCENARIOS = sorted((ROOT / "examples").glob("*.yaml")) + sorted((CHART / "ci").glob("*-values.yaml"))
+SCENARIOS = scenarios(sorted((ROOT / "examples").glob("*.yaml")) + sorted((CHART / "ci").glob("*-values.yaml")))
 NEWEST, OLDEST = "v1.6.2", "v1.3.2"
 # (Helm, KubeRay): both Helm majors on the newest operator's CRDs, Helm 4 on the oldest's.
 COMBINATIONS = [(pin.version, NEWEST) for pin in helm_mod.PINS] + [(helm_mod.PINS[0].version, OLDEST)]

@@ -15,7 +15,7 @@ from conftest import ROOT
 from generator import vendored
 from generator.nemo_rl.releases import RELEASES
 from generator.nemo_rl.run_spec import MODELS
-from generator.vendored import GKE_NETWORKING, KUBERAY, NEMO_RL, NEMO_RL_SRC, SETS, MissingDataError
+from generator.vendored import DRA_DRIVER, GKE_NETWORKING, KUBERAY, NEMO_RL, NEMO_RL_SRC, SETS, MissingDataError
 
 
 @pytest.mark.parametrize("data", SETS, ids=lambda d: d.name)
@@ -77,6 +77,8 @@ def _fixtures_folder(tmp_path: Path) -> Path:
         shutil.copytree(GKE_NETWORKING.root / version, src / "crds" / f"gke-networking-api-{version}")
     for tag in NEMO_RL_SRC.versions:
         shutil.copytree(NEMO_RL_SRC.root / tag, src / "nemo-rl-src" / tag)
+    for version in DRA_DRIVER.versions:
+        shutil.copytree(DRA_DRIVER.root / version, src / "crds" / f"dra-driver-nvidia-gpu-{version}")
     return src
 
 
@@ -89,6 +91,7 @@ def test_refresh_rewrites_the_same_tree_from_a_folder(tmp_path):
         f"{out / 'nemo-rl'}: 18 files",
         f"{out / 'gke-networking-api'}: 2 files",
         f"{out / 'nemo-rl-src'}: 72 files",
+        f"{out / 'dra-driver-nvidia-gpu'}: 1 files",
     ]
     for data in SETS:
         for p in sorted(data.root.rglob("*")):
@@ -126,7 +129,7 @@ def test_the_start_up_source_is_at_the_configs_commits_and_only_python():
 
 def test_the_script_checks_and_refuses_with_one_line(tmp_path):
     ok = subprocess.run([str(ROOT / "scripts" / "vendor.sh"), "check"], capture_output=True, text=True, check=False)
-    assert ok.returncode == 0 and ok.stdout == "vendor/: 96 files match their checksums\n"
+    assert ok.returncode == 0 and ok.stdout == "vendor/: 97 files match their checksums\n"
     bad = subprocess.run([str(ROOT / "scripts" / "vendor.sh"), "refresh", str(tmp_path)], capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr == f"error: {tmp_path}/crds/kuberay-v1.3.2: missing - give a folder holding crds/kuberay-<version>/ for v1.3.2\n"
