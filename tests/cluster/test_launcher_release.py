@@ -504,24 +504,34 @@ def test_under_kueue_a_new_run_brings_the_workers_back_at_once(make, kuberay):
 
 def test_under_kueue_suspend_on_an_admitted_cluster_is_undone_by_kueue(make):
     """Why the launcher scales the groups to 0 under Kueue: Kueue unsuspends an admitted
-    RayCluster, so spec.suspend frees nothing (the same Workload keeps its quota) and KubeRay
-    recreates the pods it deleted."""
+    RayCluster, so spec.suspend frees nothing: the same Workload keeps its quota and the cluster
+    runs its three pods again. Two interleavings are both real: KubeRay sees the suspend first and
+    deletes the pods, which it then recreates, or Kueue undoes it before KubeRay acted and the pods
+    stay; either way nothing is released."""
     s = make(NEWEST, queues=True, ray=False, kueue_queue="gpu-queue")
     wl = kueue_ready(s)
-    before = {p["metadata"]["uid"] for p in s.installed.pods()}
     ns, name = s.installed.namespace, s.installed.name
     lw = s.workers_module()
     sa = s.installed.service_account(s.folder / "serviceaccount")
     api = lw.KubeApi(str(sa), s.installed.pod_environment())
     api.patch(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}", {"spec": {"suspend": True}}, lw.MERGE_PATCH)
 
-    def recreated() -> bool:
+    def running_again() -> bool:
         rc = s.installed.raycluster()
+        conditions = {c["type"]: c["status"] for c in (rc.get("status") or {}).get("conditions") or []}
         pods = s.installed.pods()
-        running = [p for p in pods if p["status"].get("phase") == "Running" and p["metadata"]["uid"] not in before]
-        return rc["spec"].get("suspend") is False and len(running) == 3
+        running = [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+        return (
+            rc["spec"].get("suspend") is False
+            and conditions.get("RayClusterSuspending") != "True"
+            and conditions.get("RayClusterSuspended") != "True"
+            and len(pods) == len(running) == 3
+        )
 
-    wait_for("Kueue unsuspending the cluster and KubeRay recreating its pods", recreated, 120)
+    # Up to KubeRay's unconditional requeue (RAYCLUSTER_DEFAULT_REQUEUE_SECONDS, 300 s by default:
+    # ray-operator/controllers/ray/raycluster_controller.go at v1.6.2) plus a minute: pods it
+    # deleted can wait for that requeue before they are created again.
+    wait_for("Kueue unsuspending the cluster and its three pods running", running_again, 360)
     after = one_admitted(s.kube, ns, name)
     assert after is not None and after["metadata"]["uid"] == wl["metadata"]["uid"]  # the same admission, its quota kept
     assert gpu_usage(s.kube) == 16
