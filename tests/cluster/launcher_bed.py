@@ -129,8 +129,13 @@ def install(
     ns = ns or namespace(kube, unique("launcher"))
     release = LauncherRelease(helm, cluster, name or unique("rl"), ns)
     values = values or values_file(folder)
-    release.install([values], sets)
-    return Installed(bed, cluster, kube, release, values)
+    installed = Installed(bed, cluster, kube, release, values)
+    try:
+        release.install([values], sets)
+    except BaseException:
+        installed.uninstall()  # what a failed install created, cluster-scoped objects included
+        raise
+    return installed
 
 
 def remove_namespace(kube: Kube, ns: str) -> None:

@@ -162,10 +162,17 @@ def make(bed, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callab
         if queues:
             apply_queues(kube, ns)
         values_path = values_file(folder, **values)
-        installed = install(bed, kuberay, helm, folder, ns=ns, values=values_path)
-        bridge = RayBridge(request.getfixturevalue("ray_cluster"), installed) if ray else None
-        setup = Setup(installed, folder, bridge)
+        try:
+            installed = install(bed, kuberay, helm, folder, ns=ns, values=values_path)
+        except BaseException:
+            remove_namespace(kube, ns)
+            raise
+        # Recorded before the Ray side starts: a release whose bridge fails is still removed, so
+        # its cluster-scoped objects (GKENetworkParamSets) cannot block every later install.
+        setup = Setup(installed, folder)
         made.append(setup)
+        if ray:
+            setup.ray_bridge = RayBridge(request.getfixturevalue("ray_cluster"), installed)
         return setup
 
     try:
