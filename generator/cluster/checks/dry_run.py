@@ -34,7 +34,7 @@ from generator.cluster.checks.access import RESOURCES
 from generator.cluster.checks.context import Context
 from generator.cluster.checks.pod_security import ENFORCE
 from generator.cluster.kube import ApiError, Forbidden
-from generator.cluster.report import SKIP, Result, failed, passed, warned
+from generator.cluster.report import Result, failed, passed, skipped, warned
 from generator.validate.objects import Pod
 
 NAME = "dry-run"
@@ -124,6 +124,8 @@ def values_key(s: Submission, message: str) -> str:
     (LimitRange, ResourceQuota), a Job's non-root user (Pod Security); else the kind's values map."""
     m = message.lower()
     pod = s.pod
+    if "error looking up service account" in m:
+        return "serviceAccount.name"
     if pod is not None and pod.resources:
         if "podsecurity" in m:
             if pod.resources in ("launcher", "prepare") and "runasnonroot" in m:
@@ -182,14 +184,7 @@ def check(ctx: Context) -> list[Result]:
                 continue
             results.append(_refusal(s, e, ctx.namespace))
     for permission, whats in unchecked.items():
-        results.append(
-            Result(
-                NAME,
-                SKIP,
-                f"not checked: {', '.join(whats)} (you may not {permission})",
-                f"ask for {permission}, or run doctor as someone who has it",
-            )
-        )
+        results.append(skipped(NAME, f"{', '.join(whats)} not sent", permission))
     if exists:
         results.append(
             warned(
@@ -209,15 +204,17 @@ def _refusal(s: Submission, e: ApiError, namespace: str) -> Result:
     message = _first_line(str(e))
     key = values_key(s, message)
     where = f" (values: {key})" if key else ""
-    if isinstance(e, Forbidden):
-        verdict = "refused by admission"
+    if isinstance(e, Forbidden) or "is forbidden:" in message or "denied" in message:
+        verdict = "refused by admission"  # a ValidatingAdmissionPolicy denies with 422 unless it says otherwise
     elif e.code == 404:
         verdict = "not served by the API server (its CRD missing?)"
     elif e.code in (400, 422):
         verdict = "invalid"
     else:
         verdict = f"refused ({e.code})"
-    if key:
+    if key == "serviceAccount.name":
+        fix = f"create that ServiceAccount in {namespace} (serviceAccount.create false uses an existing one), or change {key}"
+    elif key:
         fix = f"change {key}"
     elif "podsecurity" in message.lower():
         label = f"kubectl label namespace {namespace} {ENFORCE}=privileged --overwrite"
