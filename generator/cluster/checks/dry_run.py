@@ -111,12 +111,21 @@ def submissions(ctx: Context) -> list[Submission]:
     """The release's objects (a Namespace first would not be rendered), then one pod per template of
     a RayCluster or Job. The release's ServiceAccounts that do not exist yet are swapped in pods."""
     made_here = {str(o["metadata"]["name"]) for o in ctx.rendered.of_kind("ServiceAccount")}
-    missing = {name for name in made_here if ctx.kube.get(f"/api/v1/namespaces/{ctx.namespace}/serviceaccounts/{name}") is None}
+    missing = {name for name in made_here if not _exists(ctx, f"/api/v1/namespaces/{ctx.namespace}/serviceaccounts/{name}")}
     out = [_object(o, ctx.namespace, missing) for o in ctx.rendered.objects]
     for pod in ctx.rendered.pods():
         if not pod.where.startswith("Pod/"):  # a rendered Pod is sent as an object above
             out.append(_controller_pod(pod, ctx, missing))
     return out
+
+
+def _exists(ctx: Context, path: str) -> bool:
+    """Whether the object exists; one the caller may not read counts as missing (the namespace's
+    `default` ServiceAccount stands in for it)."""
+    try:
+        return ctx.kube.get(path) is not None
+    except Forbidden:
+        return False
 
 
 def values_key(s: Submission, message: str) -> str:
@@ -159,7 +168,11 @@ def check(ctx: Context) -> list[Result]:
     ns = ctx.kube.get(f"/api/v1/namespaces/{ctx.namespace}")
     if ns is None:
         return [
-            failed(NAME, f"namespace {ctx.namespace} does not exist: no object of the release can be judged", "kubectl create namespace")
+            failed(
+                NAME,
+                f"namespace {ctx.namespace} does not exist: no object of the release can be judged",
+                f"kubectl create namespace {ctx.namespace}, or helm install --create-namespace",
+            )
         ]
     results: list[Result] = []
     allowed: dict[tuple[str, str, bool], bool] = {}
