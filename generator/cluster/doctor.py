@@ -6,7 +6,8 @@ release name and namespace; each check prints pass, fail or warn on one line, wi
 Exit 0 when nothing failed, 1 when a check failed (or warned, with --strict), 2 for usage and
 environment errors (a values file that cannot be read or rendered, no kubeconfig, an API server
 that cannot be reached or refuses the credentials). It never creates, updates, patches or deletes
-anything: it reads, and asks the API server what you may do (SelfSubjectAccessReview)."""
+anything: it reads, asks the API server what you may do (SelfSubjectAccessReview), and sends the
+release's objects and pods as server-side dry runs (dryRun=All: admitted or refused, never stored)."""
 
 from __future__ import annotations
 

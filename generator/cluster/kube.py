@@ -1,9 +1,11 @@
 """The live cluster, read through the official `kubernetes` Python client and the user's kubeconfig.
 
-Read-only by construction: `Kube` sends GET requests and one kind of POST, a
-SelfSubjectAccessReview, which asks the API server what the caller may do and stores nothing
-(https://kubernetes.io/docs/reference/access-authn-authz/authorization/#checking-api-access). It
-has no method that creates, updates, patches or deletes. The kubeconfig is loaded as kubectl loads
+Read-only by construction: `Kube` sends GET requests and two kinds of POST that store nothing: a
+SelfSubjectAccessReview, which asks the API server what the caller may do
+(https://kubernetes.io/docs/reference/access-authn-authz/authorization/#checking-api-access), and a
+create with dryRun=All, which runs every admission step and persists nothing
+(https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run). It has no method that
+creates, updates, patches or deletes. The kubeconfig is loaded as kubectl loads
 it (KUBECONFIG, its contexts, exec plugins such as gke-gcloud-auth-plugin), and paths are sent as
 written: the service proxy's path must reach the Ray dashboard with its slashes.
 """
@@ -17,6 +19,7 @@ from typing import Any
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+DRY_RUN = "All"  # the only value the API accepts: every stage runs, nothing is persisted
 
 
 class ClusterError(Exception):
@@ -108,6 +111,12 @@ class Kube:
         }
         answer = json.loads(self._call("POST", ACCESS_REVIEW, {}, body))
         return bool((answer.get("status") or {}).get("allowed"))
+
+    def dry_run_create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST `body` to the collection at `path` as a server-side dry run: the API server validates
+        and admits it (webhooks, Pod Security, quotas, LimitRanges) and stores nothing. Strict field
+        validation, as Helm 4 creates objects. The admitted object; ApiError when refused."""
+        return json.loads(self._call("POST", path, {"dryRun": DRY_RUN, "fieldValidation": "Strict"}, body))
 
     def version(self) -> dict[str, Any]:
         """The server's version; {} when it will not say (it answered: it is reachable)."""

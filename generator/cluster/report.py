@@ -82,7 +82,7 @@ def summary(results: Sequence[Result], strict: bool = False) -> str:
     n = counts(results)
     text = f"doctor: {verdict(results, strict)}: {n[PASS]} passed, {n[FAIL]} failed, {n[WARN]} warning(s)"
     if n[SKIP]:
-        names = ", ".join(r.name for r in results if r.status == SKIP)
+        names = ", ".join(dict.fromkeys(r.name for r in results if r.status == SKIP))
         text += f", {n[SKIP]} not checked ({names}): doctor could not read what they check"
     return text
 

@@ -16,7 +16,8 @@ A healthy cluster for a release (`made_for`), as infra.sh leaves it before `helm
 - with storage.existingClaim, a PersistentVolume of the Lustre driver and its claim, bound by the
   real PersistentVolume controller;
 - with network.createObjects false, the network objects as another release's `helm install`
-  made them (the chart's objects, with the ownership metadata Helm adds).
+  made them (the chart's objects, with the ownership metadata Helm adds);
+- with serviceAccount.create false, the ServiceAccount serviceAccount.name names.
 
 Then `installed_release` installs the release with the pinned Helm 4 and uninstalls it again, with
 what uninstall keeps cluster-wide; `user_kubeconfig` gives a ServiceAccount's token with the rights
@@ -36,6 +37,7 @@ from typing import Any
 
 import yaml
 from bed_helpers import Release, remove_cluster_scoped
+from kubernetes.client.exceptions import ApiException
 
 from generator.cluster.checks.storage import DRIVER as LUSTRE_DRIVER
 from generator.cluster.release import Rendered, render, requests
@@ -131,6 +133,8 @@ def made_for(cluster: Cluster, rendered: Rendered, gpu_nodes: bool = True) -> It
             add_existing_claim(made)
         if made.values["network"]["mode"] == "rdma" and not made.values["network"]["createObjects"]:
             add_networks_of_another_release(made)
+        if not made.values["serviceAccount"]["create"]:
+            add_existing_service_account(made)
         yield made
     finally:
         made.tear_down()
@@ -141,6 +145,13 @@ def make_namespace(made: Made) -> None:
     made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": dict(NAMESPACE_LABELS)}})
     made.undo.append(lambda: made.kube.delete("v1", "Namespace", ns))
     wait_for(f"ServiceAccount default in {ns}", lambda: made.kube.get("v1", "ServiceAccount", "default", ns))
+
+
+def add_existing_service_account(made: Made) -> None:
+    """The ServiceAccount serviceAccount.name names when the chart does not create one (the
+    ServiceAccount admission plugin refuses pods whose account is missing)."""
+    name = made.values["serviceAccount"]["name"]
+    made.kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": made.namespace}})
 
 
 def lustre_driver(rendered: Rendered) -> str:
@@ -517,6 +528,81 @@ def with_a_gpu_quota_too_small(made: Made) -> None:
         return "requests.nvidia.com/gpu" in ((got.get("status") or {}).get("used") or {})
 
     wait_for("the quota's use reported", reported, 60)
+
+
+def with_restricted_pod_security(made: Made) -> None:
+    labels = dict(NAMESPACE_LABELS) | {"pod-security.kubernetes.io/enforce": "restricted"}
+    made.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": made.namespace, "labels": labels}})
+
+
+def _quota(made: Made, name: str, hard: dict[str, str]) -> None:
+    """A ResourceQuota, once the quota controller has reported its use (the admission plugin
+    refuses against `used`)."""
+    meta = {"name": name, "namespace": made.namespace}
+    made.kube.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard}})
+
+    def reported() -> bool:
+        got = made.kube.get("v1", "ResourceQuota", name, made.namespace) or {}
+        return set(hard) <= set((got.get("status") or {}).get("used") or {})
+
+    wait_for(f"ResourceQuota {name}'s use reported", reported, 60)
+
+
+def with_a_memory_quota_below_a_worker(made: Made) -> None:
+    """Room for less memory than one GPU worker requests (the tutorial's: 2500Gi)."""
+    _quota(made, "memory-quota", {"requests.memory": "1000Gi"})
+
+
+def with_a_cpu_limit_quota(made: Made) -> None:
+    """A quota on limits.cpu: the quota admission plugin then refuses every container without a CPU
+    limit (the Jobs' set only a memory limit)."""
+    _quota(made, "cpu-limits", {"limits.cpu": "10000"})
+
+
+def with_a_limit_range_below_the_workers(made: Made) -> None:
+    """A LimitRange whose largest container memory is below the workers' limit (2740Gi)."""
+    limits = [{"type": "Container", "max": {"memory": "1000Gi"}}]
+    meta = {"name": "max", "namespace": made.namespace}
+    made.kube.apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": meta, "spec": {"limits": limits}})
+
+
+def with_a_policy_against_host_paths(made: Made) -> None:
+    """A policy engine's rule in the namespace, as an in-tree ValidatingAdmissionPolicy (CEL): no pod
+    with a hostPath volume."""
+    name = unique("no-host-path")
+    api = "admissionregistration.k8s.io/v1"
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+    made.create(
+        {
+            "apiVersion": api,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": rules},
+                "validations": [
+                    {
+                        "expression": "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
+                        "message": "no hostPath volumes in this namespace",
+                    }
+                ],
+            },
+        }
+    )
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": made.namespace}}
+    binding = {"policyName": name, "validationActions": ["Deny"], "matchResources": {"namespaceSelector": selector}}
+    made.create({"apiVersion": api, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name}, "spec": binding})
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": made.namespace}}
+    probe["spec"] = {"containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "h", "hostPath": {"path": "/tmp"}}]}
+
+    def enforced() -> bool:  # the policy's informer has it: a dry-run pod with a hostPath is denied
+        try:
+            made.kube.resource("v1", "Pod").create(body=probe, namespace=made.namespace, dry_run="All")
+        except ApiException as e:  # the refusal is what is waited for
+            return "no hostPath volumes" in str(e)
+        return False
+
+    wait_for("the ValidatingAdmissionPolicy enforced", enforced, 60)
 
 
 def with_kuberay_installed_by_its_chart(made: Made, image: str) -> None:

@@ -1,8 +1,10 @@
 """`python -m generator doctor` against the test bed's real API server: a cluster made as infra.sh
 and GKE's controllers make it passes for every scenario, on both KubeRay versions; one broken in
 each way the issue lists is reported with its fix, and only that; users with limited rights (a
-ServiceAccount's token) are told what they may not do or read; doctor sends only GET requests and
-SelfSubjectAccessReviews."""
+ServiceAccount's token) are told what they may not do or read; doctor sends only GET requests,
+SelfSubjectAccessReviews and server-side dry runs (dryRun=All), and the dry runs store nothing. The
+API server's own admission (Pod Security, ResourceQuota, LimitRange) refuses a release through the
+dry-run check, each refusal one line naming the object and the values key."""
 
 from __future__ import annotations
 
@@ -35,18 +37,18 @@ TOO_BIG = ("worker.resources.requests.memory=3000Gi", "worker.resources.limits.m
 ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 CHECKS = [
     "api", "permissions", "kuberay-crd", "rdma-installer", "gke-networks", "gpu-nodes",
-    "storage", "token-secret", "kueue-queue", "pod-security", "quotas",
+    "storage", "token-secret", "kueue-queue", "pod-security", "quotas", "dry-run",
 ]  # fmt: skip
 
 
 @pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """(method, path) of every request doctor sends, as its client sends it."""
-    out: list[tuple[str, str]] = []
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """(method, path, dryRun query) of every request doctor sends, as its client sends it."""
+    out: list[tuple[str, str, str]] = []
     call = cluster_kube.Kube._call
 
     def recorded(self: cluster_kube.Kube, method: str, path: str, query: dict[str, str], body: Any = None) -> str:
-        out.append((method, path))
+        out.append((method, path, query.get("dryRun", "")))
         return call(self, method, path, query, body)
 
     monkeypatch.setattr(cluster_kube.Kube, "_call", recorded)
@@ -74,15 +76,33 @@ def set_args(sets: tuple[str, ...]) -> list[str]:
 
 
 def lines_of(out: str) -> dict[str, str]:
-    """check name -> its line."""
+    """check name -> its line (the last, for a check of several lines)."""
     return {line.split(":", 1)[0].split()[1]: line for line in out.splitlines()[1:] if line[:4] in ("pass", "fail", "warn", "skip")}
 
 
-def only_reads(sent: list[tuple[str, str]]) -> None:
-    """GET, and POST of SelfSubjectAccessReviews (a question the API server answers and does not store)."""
+def dry_run_lines(out: str) -> list[str]:
+    """The dry-run check's lines: one per refusal, per missing permission, or one pass."""
+    return [line for line in out.splitlines() if line[4:].lstrip().startswith("dry-run: ")]
+
+
+def only_reads(sent: list[tuple[str, str, str]]) -> None:
+    """GET, POST of SelfSubjectAccessReviews (a question the API server answers and does not store),
+    and POST with dryRun=All (admitted or refused, never stored)."""
     assert sent, "doctor sent nothing"
-    others = [(m, p) for m, p in sent if m != "GET" and (m, p) != ("POST", ACCESS_REVIEW)]
+    others = [(m, p, d) for m, p, d in sent if m != "GET" and (m, p) != ("POST", ACCESS_REVIEW) and (m, d) != ("POST", "All")]
     assert others == [], others
+
+
+def nothing_stored(made: Made) -> None:
+    """The dry runs left no object of the release, nor any pod, in its namespace or cluster-wide."""
+    ns = made.namespace
+    assert made.kube.list("v1", "Pod", ns) == []
+    for obj in made.rendered.objects:
+        meta = obj["metadata"]
+        if obj["kind"] in ("Network", "GKENetworkParamSet"):
+            continue  # another release's may exist on purpose
+        where = None if obj["kind"] == "PersistentVolume" else ns
+        assert made.kube.get(obj["apiVersion"], obj["kind"], meta["name"], where) is None, obj["kind"]
 
 
 @pytest.mark.parametrize("version", [NEWEST, OLDEST], ids=lambda v: f"kuberay-{v}")
@@ -90,6 +110,7 @@ def test_a_healthy_cluster_passes_every_check_and_doctor_only_reads(bed, capsys,
     cluster = bed.cluster(version)
     with made_for(cluster, rendered_for(TUTORIAL, unique("doctor"))) as made:
         rc, out, err = doctor(made, capsys)
+        nothing_stored(made)
     assert rc == 0, out + err
     checks = lines_of(out)
     assert list(checks) == CHECKS
@@ -102,9 +123,18 @@ def test_a_healthy_cluster_passes_every_check_and_doctor_only_reads(bed, capsys,
     assert "DaemonSet kube-system/nccl-rdma-installer is ready on all 2 GPU node(s)" in checks["rdma-installer"]
     assert f"Secret {ns}/nemo-rl-tokens has HF_TOKEN, WANDB_API_KEY" in checks["token-secret"]
     assert f"namespace {ns} (pod-security.kubernetes.io/enforce=privileged) admits every pod" in checks["pod-security"]
-    assert "doctor: ready: 11 passed, 0 failed, 0 warning(s)" in err
+    # Every rendered object, and one pod per template of the RayCluster (head, 1 group) and the 2 Jobs.
+    judged = len(made.rendered.objects) + 4
+    assert dry_run_lines(out) == [
+        f"pass  dry-run: the API server's admission (webhooks, Pod Security, quotas, LimitRanges) accepts all {judged} objects and pods"
+    ]
+    assert "doctor: ready: 12 passed, 0 failed, 0 warning(s)" in err
     only_reads(sent)
-    assert ("POST", ACCESS_REVIEW) in sent
+    assert ("POST", ACCESS_REVIEW, "") in sent
+    dry_runs = [p for m, p, d in sent if (m, d) == ("POST", "All")]
+    assert dry_runs.count(f"/api/v1/namespaces/{ns}/pods") == 5  # 4 from templates, helm test's Pod
+    assert f"/apis/ray.io/v1/namespaces/{ns}/rayclusters" in dry_runs
+    assert "/apis/networking.gke.io/v1/gkenetworkparamsets" in dry_runs
 
 
 def test_the_operators_image_is_named_where_a_deployment_runs_it(tutorial, capsys):
@@ -147,7 +177,7 @@ def test_the_json_document_has_stable_keys(tutorial, capsys):
     assert rc == 0 and doc["ok"] is True
     assert list(doc) == ["ok", "server", "context", "namespace", "release", "values", "verdict", "counts", "checks"]
     assert doc["verdict"] == "ready"
-    assert doc["counts"] == {"pass": 11, "fail": 0, "warn": 0, "skip": 0}
+    assert doc["counts"] == {"pass": 12, "fail": 0, "warn": 0, "skip": 0}
     assert [c["name"] for c in doc["checks"]] == CHECKS
     assert list(doc["checks"][0]) == ["name", "status", "message", "fix"]
     assert (doc["server"], doc["context"], doc["namespace"], doc["release"], doc["values"]) == (
@@ -168,6 +198,7 @@ class Case:
     sets: tuple[str, ...] = ()  # --set of the values the cluster is made for, and doctor is given
     kuberay: str = NEWEST  # the cluster
     name: str = ""
+    also: str = ""  # the dry-run's line too (the API server's own judgement of the same break), in it
 
     def __str__(self) -> str:
         return self.name or (self.broken.__name__ if self.broken else "?")
@@ -175,13 +206,21 @@ class Case:
 
 BROKEN = [
     # The CRD cases change a cluster-wide object: on the oldest KubeRay's API server, restored after.
-    Case(clusters.without_kuberay, "kuberay-crd", "KubeRay is not installed", "--update-addons=RayOperator=ENABLED", kuberay=OLDEST),
+    Case(
+        clusters.without_kuberay,
+        "kuberay-crd",
+        "KubeRay is not installed",
+        "--update-addons=RayOperator=ENABLED",
+        kuberay=OLDEST,
+        also="fail  dry-run: RayCluster/nemo-rl not served by the API server (its CRD missing?): 404 page not found",
+    ),
     Case(
         clusters.with_an_older_raycluster_crd,
         "kuberay-crd",
         "spec.headGroupSpec: Additional properties are not allowed ('headService' was unexpected)",
         "upgrade KubeRay",
         kuberay=OLDEST,
+        also='unknown field "spec.headGroupSpec.headService"',  # strict field validation, as Helm 4 creates
     ),
     Case(
         clusters.without_the_rdma_installer,
@@ -200,6 +239,7 @@ BROKEN = [
         "gke-networks",
         "GKENetworkParamSet gvnic-1 (release research/other), Network gvnic-1 (release research/other)",
         "--existing-networks",
+        also="warn  dry-run: GKENetworkParamSet/gvnic-1, GKENetworkParamSet/rdma-0,",
     ),
     Case(
         clusters.with_existing_networks_on_another_subnet,
@@ -246,6 +286,7 @@ BROKEN = [
         "pod-security",
         "refuses GPU workers (RayCluster/nemo-rl workerGroupSpecs[0]): hostPath volumes nvidia-driver, gib",
         "pod-security.kubernetes.io/enforce=privileged",
+        also='fail  dry-run: Pod from RayCluster/nemo-rl workerGroupSpecs[0] refused by admission: pods "nemo-rl-worker-',
     ),
     Case(
         clusters.with_a_gpu_quota_too_small,
@@ -266,8 +307,13 @@ def test_each_broken_state_is_reported_with_its_fix(bed, capsys, sent, case: Cas
     line = lines_of(out)[case.check]
     assert line.startswith("fail"), line
     assert case.message in line and " - fix: " in line and case.fix in line.split(" - fix: ", 1)[1], line
-    others = [x for name, x in lines_of(out).items() if name != case.check and not x.startswith("pass")]
+    others = [x for name, x in lines_of(out).items() if name not in (case.check, "dry-run") and not x.startswith("pass")]
     assert others == [], others  # only what was broken
+    dry = dry_run_lines(out)
+    if case.also:
+        assert [x for x in dry if case.also in x], dry
+    else:
+        assert [x[:4] for x in dry] == ["pass"], dry
     assert "doctor: not ready: " in err
     only_reads(sent)
 
@@ -306,7 +352,13 @@ def test_a_user_without_cluster_wide_rights_is_told_what_helm_install_needs(bed,
     assert rc == 1 and line.startswith("fail"), out
     assert "create persistentvolumes (cluster-scoped)" in line and "create gkenetworkparamsets.networking.gke.io (cluster-scoped)" in line
     assert "create rayclusters" not in line
-    assert [name for name, x in checks.items() if not x.startswith("pass")] == ["permissions"]
+    assert [name for name, x in checks.items() if not x.startswith("pass")] == ["permissions", "dry-run"]
+    # What it may not create is not checked, naming the permission; what it may is judged, and passes.
+    dry = dry_run_lines(out)
+    assert [x[:4] for x in dry] == ["skip"] * len(dry) and len(dry) == 3, dry
+    assert any("(you may not create persistentvolumes (cluster-scoped))" in x and "PersistentVolume/" in x for x in dry), dry
+    assert any("(you may not create gkenetworkparamsets.networking.gke.io (cluster-scoped))" in x for x in dry), dry
+    assert not any("RayCluster/" in x or "Pod from" in x for x in dry), dry
 
 
 def test_what_the_user_may_not_read_is_named_not_checked(bed, tutorial, capsys, tmp_path):
@@ -413,3 +465,84 @@ def test_pod_security_levels_judge_each_rendered_pod_by_the_standards_controls()
         "privileged container c",
         "container c adds capabilities SYS_ADMIN",
     ]
+
+
+# --- the API server's own admission, through server-side dry runs ---------------------------------
+
+WORKER = "Pod from RayCluster/nemo-rl workerGroupSpecs[0] refused by admission"
+
+
+@dataclass(frozen=True)
+class Refused:
+    broken: Callable[[Made], None]
+    lines: tuple[str, ...]  # each in its own dry-run line, in this order
+    fix: str  # in a refusal's fix
+
+    def __str__(self) -> str:
+        return self.broken.__name__
+
+
+REFUSED = [
+    Refused(
+        clusters.with_restricted_pod_security,
+        (
+            "Pod from Job/nemo-rl-run-",
+            'refused by admission (values: launcher.runAsUser): pods "nemo-rl-run-',
+            "Pod from Job/nemo-rl-prepare-",
+            'refused by admission (values: prepare.runAsUser): pods "nemo-rl-prepare-',
+            'Pod from RayCluster/nemo-rl head refused by admission: pods "nemo-rl-head-',
+            f"{WORKER}: pods",
+            'violates PodSecurity "restricted:latest": restricted volume types',
+            '(volumes "nvidia-driver", "gib" use restricted volume type "hostPath")',
+        ),
+        "",
+    ),
+    Refused(
+        clusters.with_a_memory_quota_below_a_worker,
+        (f"{WORKER} (values: worker.resources.requests.memory):", "exceeded quota: memory-quota, requested: requests.memory=2500Gi"),
+        "change worker.resources.requests.memory",
+    ),
+    Refused(
+        clusters.with_a_limit_range_below_the_workers,
+        (f"{WORKER} (values: worker.resources.limits.memory):", "maximum memory usage per Container is 1000Gi, but limit is 2740Gi"),
+        "change worker.resources.limits.memory",
+    ),
+    Refused(
+        clusters.with_a_cpu_limit_quota,
+        (
+            "Pod from Job/nemo-rl-run-",
+            "(values: launcher.resources.limits.cpu):",
+            "failed quota: cpu-limits: must specify limits.cpu for: launcher",
+        ),
+        "change launcher.resources.limits.cpu",
+    ),
+    Refused(
+        clusters.with_a_policy_against_host_paths,
+        (f"{WORKER}: ", "ValidatingAdmissionPolicy 'no-host-path", "denied request: no hostPath volumes in this namespace"),
+        "ask the cluster admin about the policy the message names",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=str)
+def test_the_api_servers_admission_refuses_with_the_object_and_values_key(bed, capsys, sent, case: Refused):
+    """A namespace the real API server's admission refuses the release in: doctor sends each object
+    and the controllers' pods as dry runs, and each refusal is one line naming the object (a pod by
+    its template) and the values key the refused field comes from. Nothing is stored."""
+    with made_for(bed.cluster(NEWEST), rendered_for(TUTORIAL, unique("refused"))) as made:
+        case.broken(made)
+        rc, out, err = doctor(made, capsys)
+        nothing_stored(made)
+    assert rc == 1, out + err
+    refusals = [x for x in dry_run_lines(out) if x.startswith("fail")]
+    assert refusals, out
+    assert all(" - fix: " in x for x in refusals), refusals
+    assert any(case.fix in x.split(" - fix: ", 1)[1] for x in refusals), refusals
+    text = "\n".join(refusals)
+    at = 0
+    for piece in case.lines:
+        found = text.find(piece, at)
+        assert found >= 0, (piece, refusals)
+        at = found
+    assert not [x for x in dry_run_lines(out) if not x.startswith("fail")], out
+    only_reads(sent)

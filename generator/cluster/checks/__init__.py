@@ -1,6 +1,7 @@
 """doctor's checks, in the order they print: each a function of the Context, one Result each.
 
-A check that the caller may not read for (403) is "not checked" (skip), naming the permission it
+A check may return several Results (dry-run: one line per refusal). A check that the caller may
+not read for (403) is "not checked" (skip), naming the permission it
 lacked; so is one that met any other error answer of the API server, or an object in a shape not
 foreseen: doctor says "ready" only when every check ran. An unreachable or unauthorised API server
 stops everything (ClusterError: one line, exit status 2).
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from generator.cluster.checks import access, kuberay, kueue, networking, nodes, pod_security, quotas, storage, tokens
+from generator.cluster.checks import access, dry_run, kuberay, kueue, networking, nodes, pod_security, quotas, storage, tokens
 from generator.cluster.checks.context import Context
 from generator.cluster.kube import ApiError, Forbidden
 from generator.cluster.report import SKIP, Result, skipped
 
-CHECKS: tuple[tuple[str, Callable[[Context], Result]], ...] = (
+CHECKS: tuple[tuple[str, Callable[[Context], Result | list[Result]]], ...] = (
     ("api", access.api),
     ("permissions", access.permissions),
     ("kuberay-crd", kuberay.check),
@@ -27,6 +28,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], Result]], ...] = (
     ("kueue-queue", kueue.check),
     ("pod-security", pod_security.check),
     ("quotas", quotas.check),
+    ("dry-run", dry_run.check),
 )
 
 
@@ -34,7 +36,8 @@ def run(ctx: Context) -> list[Result]:
     results = []
     for name, check in CHECKS:
         try:
-            results.append(check(ctx))
+            result = check(ctx)
+            results += result if isinstance(result, list) else [result]
         except Forbidden as e:
             results.append(skipped(name, str(e), e.permission))
         except ApiError as e:

@@ -9,6 +9,7 @@ from generator.validate.rules import (
     accelerator,
     autopilot,
     epochs,
+    lifecycle,
     model_facts,
     names,
     nemo_rl,
@@ -37,6 +38,7 @@ RULES = (
     names,
     secrets,
     operations,
+    lifecycle,
     ray_start,
 )
 

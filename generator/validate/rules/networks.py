@@ -1,5 +1,23 @@
 """RDMA wiring: NIC count, unique names, separate VPCs, nothing RDMA in tcp mode; the CIDRs of the
-NetworkPolicy's extra peers."""
+NetworkPolicy's extra peers; GKE multi-networking's limits that the values schema lets through.
+
+GKE's limits on the Network and GKENetworkParamSet objects (network.gvnic, network.rdma[i]), from
+the code of GKE's controllers (kubernetes/cloud-provider-gcp at 4e24531247d7) and its API
+(GoogleCloudPlatform/gke-networking-api at 34c617f213240, apis/network/v1/network_types.go):
+- Name length: the node IPAM controller advertises each additional network of a node as the
+  extended resource `networking.gke.io.networks/<Network name>.IP` (NetworkResourceKeyPrefix;
+  pkg/controller/nodeipam/ipam/multinetwork_cloud_cidr_allocator.go allocateIPCapacity). A resource
+  name's part after the '/' is a qualified name of at most 63 characters (Kubernetes
+  apimachinery IsQualifiedName), so a Network name has at most 60; the schema allows 63.
+- Reserved names: `default` (DefaultPodNetworkName) and `pod-network` (DefaultNetworkName) are the
+  cluster's own pod network, and the GKENetworkParamSet controller re-creates the `default`
+  paramset with the cluster's VPC and subnet (pkg/controller/gkenetworkparamset/
+  gkenetworkparamset_controller.go); an extra NIC by either name is the pod network again.
+- One subnet per device-mode paramset: a GKENetworkParamSet with deviceMode (the chart sets
+  NetDevice on the gVNIC's, RDMA on the others) is refused, DeviceModeSubnetAlreadyInUse, when an
+  older one names the same vpcSubnet; the controller compares the subnet's name only, not its VPC
+  (gnpcontroller_validations.go validateGKENetworkParamSet).
+"""
 
 from __future__ import annotations
 
@@ -85,6 +103,57 @@ def _ip_blocks(ctx: Context) -> Iterator[Finding]:
 def check(ctx: Context) -> Iterator[Finding]:
     yield from _ip_blocks(ctx)
     yield from _nics(ctx)
+    yield from _gke_limits(ctx)
+
+
+# Extended resource `networking.gke.io.networks/<name>.IP`: the name part is at most 63 characters.
+NETWORK_RESOURCE_SUFFIX = ".IP"
+NETWORK_NAME_MAX = 63 - len(NETWORK_RESOURCE_SUFFIX)
+RESERVED_NETWORKS = ("default", "pod-network")
+
+
+def _extra_networks(net: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    rdma = net.get("rdma") if isinstance(net.get("rdma"), list) else []
+    return [("network.gvnic", net.get("gvnic") or {})] + [(f"network.rdma[{i}]", n) for i, n in enumerate(rdma)]
+
+
+def _gke_limits(ctx: Context) -> Iterator[Finding]:
+    """GKE's limits on the Network and GKENetworkParamSet objects (the module's docstring)."""
+    net = ctx.values["network"]
+    if net["mode"] != "rdma":
+        return  # tcp: no extra NIC; dranet: no Network objects
+    subnets: dict[str, str] = {}
+    for key, n in _extra_networks(net):
+        name, subnet = str(n.get("name", "")), str(n.get("subnet", ""))
+        if len(name) > NETWORK_NAME_MAX:
+            yield error(
+                f"{key}.name",
+                f"{name!r} has {len(name)} characters: GKE advertises each network on the nodes as the resource "
+                f"networking.gke.io.networks/{name}{NETWORK_RESOURCE_SUFFIX}, whose name part may have at most 63",
+                f"use a name of at most {NETWORK_NAME_MAX} characters",
+            )
+        if name in RESERVED_NETWORKS:
+            yield error(
+                f"{key}.name",
+                f"{name!r} is the name of GKE's own pod network (its Network and GKENetworkParamSet, which GKE re-creates "
+                "with the cluster's VPC): the NIC would not be an extra one",
+                "give the extra NIC its own name, e.g. gvnic-1 or rdma-0",
+            )
+        if subnet in subnets and not _same_vpc_pair(net, subnets[subnet], key):
+            yield error(
+                f"{key}.subnet",
+                f"subnet name {subnet!r} is also {subnets[subnet]}'s: GKE refuses a second device-mode GKENetworkParamSet "
+                "on a subnet of that name (DeviceModeSubnetAlreadyInUse), whatever its VPC",
+                "give each NIC a subnet of its own name",
+            )
+        subnets.setdefault(subnet, key)
+
+
+def _same_vpc_pair(net: dict[str, Any], first: str, key: str) -> bool:
+    """Whether the duplicate is the same (VPC, subnet) pair of two RDMA NICs, which _nics reports."""
+    entries = dict(_extra_networks(net))
+    a, b = entries.get(first) or {}, entries.get(key) or {}
+    return first.startswith("network.rdma") and key.startswith("network.rdma") and a.get("vpc") == b.get("vpc")
 
 
 def _nics(ctx: Context) -> Iterator[Finding]:

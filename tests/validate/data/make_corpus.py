@@ -861,6 +861,35 @@ CASES: dict[str, tuple[str, str, bool, dict[str, Any], Mutation]] = {
         {},
         lambda v: v["image"].update(digest="v0.7.0"),
     ),
+    # the run's lifecycle (rules/lifecycle.py) and GKE's multi-networking limits (rules/networks.py)
+    "life-prepare-non-root": (
+        "a non-root preparation user with Ray containers that drop DAC_OVERRIDE (ALL)",
+        "prepare.runAsUser",
+        False,
+        {},
+        lambda v: v["prepare"].update(runAsUser=1000),
+    ),
+    "net-name-over-60": (
+        "a 61-character Network name (GKE's node resource networking.gke.io.networks/NAME.IP)",
+        "network.rdma[3].name",
+        False,
+        {},
+        lambda v: v["network"]["rdma"][3].update(name="rdma-3-" + "x" * 54),
+    ),
+    "net-gvnic-pod-network": (
+        "an extra NIC named after GKE's own pod network",
+        "network.gvnic.name",
+        False,
+        {},
+        lambda v: v["network"]["gvnic"].update(name="pod-network"),
+    ),
+    "net-subnet-name-in-two-vpcs": (
+        "one subnet name for two device-mode paramsets in different VPCs",
+        "network.rdma[5].subnet",
+        False,
+        {},
+        lambda v: v["network"]["rdma"][5].update(subnet=v["network"]["rdma"][1]["subnet"], vpc="other-roce-net"),
+    ),
 }
 
 
@@ -872,6 +901,19 @@ def _external_refresh(v: dict[str, Any]) -> None:
 # Legitimate hand edits that Kubernetes, the operators and NeMo RL accept: each must pass
 # `validate` with no error, lint and render. name: (what the edit is, generator options, mutation)
 VALID_CASES: dict[str, tuple[str, dict[str, Any], Mutation]] = {
+    "launcher-not-following-keeps-gpus": (
+        "launcher.follow false with releaseGpus false (the GPUs kept on purpose)",
+        {},
+        lambda v: v["launcher"].update(follow=False, releaseGpus=False),
+    ),
+    "prepare-non-root-with-dac-override": (
+        "a non-root preparation user, the Ray containers given DAC_OVERRIDE as values.yaml says",
+        {},
+        lambda v: [
+            v["prepare"].update(runAsUser=1000),
+            *(v[part]["securityContext"]["capabilities"].update(add=["DAC_OVERRIDE"]) for part in ("head", "worker")),
+        ],
+    ),
     "cpu-as-number": (
         "CPU quantities as YAML numbers (Kubernetes takes int-or-string)",
         {},
