@@ -8,7 +8,10 @@ from generator.validate.findings import Finding
 from generator.validate.rules import (
     accelerator,
     autopilot,
+    environment,
     epochs,
+    images,
+    loggers,
     model_facts,
     names,
     nemo_rl,
@@ -20,6 +23,7 @@ from generator.validate.rules import (
     resources,
     secrets,
     storage,
+    training,
 )
 from generator.validate.rules.context import Context
 
@@ -38,6 +42,10 @@ RULES = (
     secrets,
     operations,
     ray_start,
+    images,
+    environment,
+    loggers,
+    training,
 )
 
 
