@@ -15,7 +15,7 @@ Judges, each read at the source named:
   preparation Job downloads the model once; a cache variable pointing elsewhere makes every pod
   download again (or, offline, find nothing).
 - NCCL's documented switches (docs.nvidia.com/deeplearning/nccl, "Environment Variables"):
-  NCCL_P2P_DISABLE and NCCL_SHM_DISABLE take NVLink and shared memory away from the 8 GPUs of a
+  NCCL_P2P_DISABLE, NCCL_P2P_LEVEL=LOC and NCCL_SHM_DISABLE take NVLink and shared memory away from the 8 GPUs of a
   node; NCCL_IB_DISABLE and NCCL_NET=Socket take the RDMA NICs away from gIB.
 """
 
@@ -145,6 +145,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             yield from _alloc_conf(where, value, vllm)
         elif name in CACHE_VARS:
             yield from _cache(where, name, value, ctx)
+        elif name == "NCCL_P2P_LEVEL" and value.strip().upper() in ("LOC", "0"):
+            yield error(where, f"{name}={value}: {NCCL_OFF['NCCL_P2P_DISABLE'][1]}", "remove it")
         elif name in NCCL_OFF and value.strip() == NCCL_OFF[name][0]:
             yield error(where, f"{name}={value}: {NCCL_OFF[name][1]}", "remove it")
         elif name in NCCL_NO_RDMA and ctx.gib and value.strip().lower() == NCCL_NO_RDMA[name][0]:

@@ -103,6 +103,13 @@ def _near(name: str) -> str:
     return "AdamW"
 
 
+def _at_least(tag: str, floor: str) -> bool:
+    def parts(t: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in t.lstrip("v").split(".") if p.isdigit())
+
+    return parts(tag) >= parts(floor)
+
+
 def _datasets(ctx: Context) -> Iterator[Finding]:
     """load_response_dataset (nemo_rl/data/datasets/response_datasets/__init__.py) raises "Unsupported
     dataset_name" for a name it does not register (v0.5.0, v0.6.0), or that is neither registered
@@ -115,7 +122,7 @@ def _datasets(ctx: Context) -> Iterator[Finding]:
         if not isinstance(name, str) or name.startswith("${"):
             continue
         known = registered_datasets(rel.tag)
-        if not known or name in known or (rel.tag >= "v0.7.0" and "." in name):
+        if not known or name in known or (_at_least(rel.tag, "v0.7.0") and "." in name):
             continue
         near = [k for k in sorted(known) if k.lower().replace("-", "").replace("_", "") == name.lower().replace("-", "").replace("_", "")]
         yield error(
@@ -144,6 +151,44 @@ def _vllm_kwargs(ctx: Context) -> Iterator[Finding]:
         )
 
 
+# Counts NeMo RL divides by or loops over (v0.5.0 to v0.7.0): below 1 the run stops or trains nothing.
+COUNTS = {
+    "policy.train_micro_batch_size": "lm_policy.py Policy.train cuts each batch into micro-batches of this size",
+    "policy.train_global_batch_size": "the samples of one optimizer step; GRPO divides the step's samples by it",
+    "policy.logprob_batch_size": "lm_policy.py Policy.get_logprobs cuts each batch into chunks of this size",
+    "grpo.max_num_epochs": "grpo.py grpo_train runs while the epoch is below it: no step runs",
+    "env.math.num_workers": "math_environment.py MathEnvironment spreads every reward batch over this many workers (modulo it)",
+}
+
+
+def _counts(ctx: Context) -> Iterator[Finding]:
+    for key, why in COUNTS.items():
+        n = ctx.setting(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n < 1:
+            yield error(ctx.where(key), f"{n}: {why}", "use 1 or more (the recipe's value)")
+    if isinstance(period := ctx.setting("grpo.val_period"), int) and period > 0:
+        n = ctx.setting("grpo.val_batch_size")
+        if isinstance(n, int) and not isinstance(n, bool) and n < 1:
+            yield error(
+                ctx.where("grpo.val_batch_size"), f"{n}: validation runs every {period} steps in batches of this size", "use 1 or more"
+            )
+    kl = _number(ctx.setting("loss_fn.reference_policy_kl_penalty"))
+    if kl is not None and kl < 0:
+        yield error(
+            ctx.where("loss_fn.reference_policy_kl_penalty"),
+            f"{kl:g}: a negative KL penalty rewards moving away from the reference model (ClippedPGLossFn adds penalty x KL to the loss)",
+            "use 0 (no penalty) or the recipe's 0.01",
+        )
+    length, total = ctx.setting("policy.generation.vllm_cfg.max_model_len"), ctx.setting("policy.max_total_sequence_length")
+    if isinstance(length, int) and isinstance(total, int) and not isinstance(length, bool) and 0 < length < total:
+        yield error(
+            ctx.where("policy.generation.vllm_cfg.max_model_len"),
+            f"{length} is below policy.max_total_sequence_length {total}: vLLM refuses a prompt longer than its maximum model"
+            " length and the generation step stops",
+            "use ${policy.max_total_sequence_length} (the recipe's)",
+        )
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     if not ctx.grpo.get("enabled", True) or ctx.run_config is None:
         return
@@ -152,3 +197,4 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from _optimizer(ctx)
     yield from _datasets(ctx)
     yield from _vllm_kwargs(ctx)
+    yield from _counts(ctx)
