@@ -45,5 +45,34 @@ FACTS: dict[str, ModelFacts] = {
 }
 
 
+# Models beyond the generator's presets: heads and positions as their Hugging Face config.json
+# files read, copied whole into github.com/citsjtu2020/LLM-Prof sglang/Model_Config.md (commit
+# 8434c8d19c396b2f95d92a67845a7c0a0e0dd512). Only the exact names read there: an -Instruct variant
+# is another repository, not carried until its own config.json is read.
+_READ = "Hugging Face config.json of {model}, as copied in github.com/citsjtu2020/LLM-Prof sglang/Model_Config.md@8434c8d"
+_BEYOND = (
+    # model, num_attention_heads, num_key_value_heads, max_position_embeddings
+    ("meta-llama/Llama-3.1-8B", 32, 8, 131072),
+    ("meta-llama/Llama-3.2-3B", 24, 8, 131072),
+    ("Qwen/Qwen2.5-3B", 16, 2, 32768),
+    ("Qwen/Qwen2.5-7B", 28, 4, 131072),
+    ("Qwen/Qwen2.5-14B", 40, 8, 131072),
+    ("Qwen/Qwen2.5-32B", 40, 8, 131072),
+    ("Qwen/Qwen3-4B", 32, 8, 40960),
+    ("Qwen/Qwen3-8B", 32, 8, 40960),
+    ("Qwen/Qwen3-14B", 40, 8, 40960),
+    ("Qwen/Qwen3-32B", 64, 8, 40960),
+    ("Qwen/Qwen3-30B-A3B", 32, 4, 40960),
+)
+FACTS.update(
+    {
+        name: ModelFacts(
+            model=name, attention_heads=heads, kv_heads=kv, tokenizer=name, max_positions=positions, source=_READ.format(model=name)
+        )
+        for name, heads, kv, positions in _BEYOND
+    }
+)
+
+
 def facts(model: str) -> ModelFacts | None:
     return FACTS.get(model)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from generator.nemo_rl.asserts import Found
-from generator.validate.rules import nemo_rl, recipe, resources
+from generator.validate.rules import nemo_rl, recipe, resources, training
 from generator.validate.rules import nemo_rl_asserts as na
 
 
@@ -399,10 +399,9 @@ DECISIONS: dict[tuple[str, str], dict[str, Decision]] = {
     ("nemo_rl/data/utils.py", "setup_preference_data"): {"": OTHER},
     ("nemo_rl/data/datasets/response_datasets/__init__.py", "load_response_dataset"): {
         "raise ValueError('train_data_path is required": rule(na._data),
-        "raise ValueError(f": Excluded(  # 'Unsupported dataset_name=...' (the one other raise of the function)
-            "the built-in dataset names are the release's code, which validate does not list; the generator writes gsm8k "
-            "(v0.6.0+) or ResponseDataset (v0.5.0), which every release has"
-        ),
+        # 'Unsupported dataset_name=...' (the one other raise of the function): the names each release
+        # registers are read from its own code (generator/validate/release_source.py)
+        "raise ValueError(f": rule(training._datasets),
     },
     ("nemo_rl/data/datasets/raw_dataset.py", "RawDataset.__init__"): {"": INTERNAL},
     ("nemo_rl/data/datasets/raw_dataset.py", "RawDataset.set_processor"): {

@@ -8,8 +8,11 @@ from generator.validate.findings import Finding
 from generator.validate.rules import (
     accelerator,
     autopilot,
+    environment,
     epochs,
+    images,
     lifecycle,
+    loggers,
     model_facts,
     names,
     nemo_rl,
@@ -21,6 +24,7 @@ from generator.validate.rules import (
     resources,
     secrets,
     storage,
+    training,
 )
 from generator.validate.rules.context import Context
 
@@ -40,6 +44,10 @@ RULES = (
     operations,
     lifecycle,
     ray_start,
+    images,
+    environment,
+    loggers,
+    training,
 )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from generator.nemo_rl.models import facts
-from generator.validate.findings import Finding, error
+from generator.validate.findings import Finding, error, warning
 from generator.validate.rules.context import Context
 
 TP_KEYS = ("policy.dtensor_cfg.tensor_parallel_size", "policy.generation.vllm_cfg.tensor_parallel_size")
@@ -35,6 +35,13 @@ def check(ctx: Context) -> Iterator[Finding]:
     model = ctx.setting("policy.model_name")
     fact = facts(str(model)) if model is not None else None
     if fact is None:
+        if isinstance(model, str) and not model.startswith("${"):
+            yield warning(
+                ctx.where("policy.model_name"),
+                f"{model}: validate carries no published facts of this model, so it cannot check that the tensor-parallel sizes"
+                " divide its attention and KV heads, that the tokenizer is its own, or the lengths against its positions",
+                "check num_attention_heads and num_key_value_heads in its config.json against both tensor_parallel_size overrides",
+            )
         return
     for key in TP_KEYS:
         tp = _whole(ctx.setting(key))
