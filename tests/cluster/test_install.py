@@ -5,7 +5,10 @@ what the docs say it keeps (the volume and its claim, the cluster-wide network o
 
 The scenarios with DRA (A4X's ComputeDomain channel, managed DRANET) get simulated nodes of their
 pools first (with the DRA stand-in's ResourceSlices): every worker must be bound by the real
-scheduler to a node of its group's pool, with every claim of it allocated from that node's devices."""
+scheduler to a node of its group's pool, with every claim of it allocated from that node's devices.
+Not where the values queue the RayCluster in Kueue: Kueue (>= 0.18, KueueDRAIntegration on by
+default) holds a workload whose claims name a DeviceClass its configuration does not map
+(tests/cluster/test_dra.py, the expected failure)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any
 
 import pytest
 from bed_helpers import CHART, RAY, Release, namespace, needs_dra, remove_cluster_scoped, unique
-from clusters import Made, add_gpu_pools, add_kueue, rendered_for
+from clusters import Made, add_gpu_pools, rendered_for
 
 from generator.core.paths import ROOT
 from generator.helm import runner as helm_mod
@@ -80,12 +83,10 @@ def _placement(kube: Kube, made: Made, pools: dict[str, list[str]]) -> list[str]
     return problems
 
 
-def _dra_bed(kube: Kube, made: Made) -> dict[str, list[str]]:
-    """The scenario's GPU pools as simulated nodes (and Kueue's queue where the values queue)."""
+def _dra_bed(made: Made) -> dict[str, list[str]]:
+    """The scenario's GPU pools as simulated nodes."""
     pools = add_gpu_pools(made)
     assert {name for name, _, _ in made.rendered.workers()} <= set(pools), f"no simulated pool for some worker group: {pools}"
-    if made.values["kueue"]["enabled"]:
-        add_kueue(made)
     return pools
 
 
@@ -102,12 +103,12 @@ def test_each_scenario_installs_upgrades_and_uninstalls(bed, helm_version: str, 
     release = Release(helm, cluster, unique("rl"), namespace(kube, unique("install")))
     made = Made(cluster, rendered_for(values, release.namespace, release=release.name)) if needs_dra(values) else None
     try:
-        pools = _dra_bed(kube, made) if made else {}
+        pools = _dra_bed(made) if made else {}
         release.install([values])
         installed = _owned(kube, release.name, release.namespace)
         assert any(kind == "RayCluster" for _, kind, _ in installed), "the RayCluster was not created"
         assert any(kind == "Job" for _, kind, _ in installed), "the launcher Job was not created"
-        if made:
+        if made and not made.values["kueue"]["enabled"]:
             wanted = {c["resourceClaimTemplateName"] for _, _, pod in made.rendered.workers() for c in pod.spec["resourceClaims"]}
             wait_for(f"claim templates {sorted(wanted)}", lambda: wanted <= set(_claim_templates(kube, release.namespace)), 60)
             last: list[list[str]] = [[]]
