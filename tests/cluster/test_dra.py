@@ -193,12 +193,13 @@ def test_kueue_admits_a_queued_release_with_dra_claims(cluster: Cluster):
     values = CHART / "ci" / "gb200-dranet-values.yaml"
     kube = cluster.kube()
     ns = namespace(kube, unique("dra-kueue"))
-    made = Made(cluster, rendered_for(values, ns, "kueue.enabled=true", release="rl"))
+    queued = ["kueue.enabled=true", "kueue.queueName=gpu-queue"]
+    made = Made(cluster, rendered_for(values, ns, *queued, release="rl"))
     release = Release(helm_mod.pinned(helm_mod.PINS[0]), cluster, "rl", ns)
     try:
         add_gpu_pools(made)
         add_kueue(made)
-        release.install([values], ["kueue.enabled=true"])
+        release.install([values], queued)
 
         def decided() -> dict[str, Any]:
             workloads = kube.list(KUEUE, "Workload", ns)
