@@ -1,8 +1,9 @@
 """scripts/testbed.sh: the test bed by hand.
 
     scripts/testbed.sh build             build what is missing (Go's caches make a rebuild a link)
-    scripts/testbed.sh up [--gpu h200] [--nodes 2] [--kuberay v1.6.2]
+    scripts/testbed.sh up [--gpu h200] [--nodes 2] [--network rdma] [--kuberay v1.6.2]
                                          start it; prints the KUBECONFIG line to paste
+                                         (--gpu gb200 --network dranet: A4X nodes with managed DRANET)
     scripts/testbed.sh env               print `export KUBECONFIG=...` for the running one
     scripts/testbed.sh status            what runs, per process
     scripts/testbed.sh down              stop every process and delete its data
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from generator.core.paths import ROOT
+from generator.gke import networks
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
 from testbed import bed, components
 from testbed.build import BuildError, build
@@ -34,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     u = sub.add_parser("up", help="start the test bed and print its KUBECONFIG")
     u.add_argument("--gpu", choices=sorted(PROFILES), default=DEFAULT_ACCELERATOR, help="the GPU pool's accelerator")
     u.add_argument("--nodes", type=int, default=2, help="nodes in the GPU pool (default 2)")
+    u.add_argument(
+        "--network",
+        choices=networks.MODES,
+        default=networks.DEFAULT_MODE,
+        help="the GPU pool's network mode (dranet: the pool's nodes carry managed DRANET's labels and NICs)",
+    )
     u.add_argument(
         "--kuberay",
         action="append",
@@ -57,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.nodes < 1:
                 print("error: --nodes must be at least 1", file=sys.stderr)
                 return 2
-            t = bed.up(STATE, bed.default_infra(args.gpu, args.nodes), kuberay=args.kuberay or (), detached=True)
+            dranet = args.network == "dranet"
+            if dranet and not PROFILES[args.gpu].dranet:
+                print(f"error: --network dranet: {args.gpu} has no managed DRANET; choose another --gpu or --network", file=sys.stderr)
+                return 2
+            t = bed.up(STATE, bed.default_infra(args.gpu, args.nodes), kuberay=args.kuberay or (), detached=True, dranet=dranet)
             for c in t.clusters:
                 print(f"context {c.name}: {c.server} (Kubernetes {t.kubernetes}, KubeRay {c.kuberay})")
             print(f"started in {sum(v for k, v in t.timings.items() if k != 'build'):.1f} s (+ {t.timings['build']:.1f} s build)")

@@ -1,6 +1,8 @@
 """One test bed: one etcd, and one cluster per KubeRay version (each its own kube-apiserver under
 its own etcd prefix, kube-controller-manager, kube-scheduler, kwok, the KubeRay operator of that
-version with its own CRDs, and Kueue), with the simulated GKE nodes of an infra configuration.
+version with its own CRDs, Kueue, NVIDIA's DRA driver's ComputeDomain CRD and the DRA stand-in
+(testbed/dra_stand_in.py: DeviceClasses, ResourceSlices, the channel claim templates)), with the
+simulated GKE nodes of an infra configuration.
 
 Two API servers, not one, because a CRD is cluster-wide: each operator version gets the CRDs of
 its own release, as on a real cluster.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +30,7 @@ import yaml
 from generator.core.paths import ROOT
 from generator.gke.profiles import DEFAULT_ACCELERATOR
 from generator.infra.options import InfraOptions
-from testbed import components, components_argv, kueue_setup, nodes, pki
+from testbed import components, components_argv, dra_stand_in, kueue_setup, nodes, pki
 from testbed.build import build, module_dir
 from testbed.kube import Kube, api_client, crd_established, wait_for
 from testbed.kubeconfig import Context
@@ -36,6 +39,7 @@ from testbed.processes import Supervisor, free_port, http_ok, tls_to, tls_unveri
 
 RECORD = "testbed.json"
 GKE_NETWORKING_CRDS = ROOT / "vendor" / "gke-networking-api"
+DRA_DRIVER_CRDS = ROOT / "vendor" / "dra-driver-nvidia-gpu"
 START_TIMEOUT_S = 180  # per process, on a loaded two-core machine
 
 
@@ -126,8 +130,11 @@ def _crds(folder: Path) -> list[dict[str, Any]]:
 class _Starter:
     """Brings one test bed up, phase by phase across its clusters, timing each phase."""
 
-    def __init__(self, state: Path, kuberay: Sequence[components.Component], detached: bool, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, state: Path, kuberay: Sequence[components.Component], detached: bool, log: Callable[[str], None], dranet: bool = False
+    ) -> None:
         self.state = state
+        self.dranet = dranet
         self.operators = list(kuberay)
         self.log = log
         self.sup = Supervisor(state, detached=detached)
@@ -205,7 +212,7 @@ class _Starter:
         self.phase("controllers")
 
         kueue_dir = Path(module_dir(components.KUEUE))
-        gke_crds = _crds(GKE_NETWORKING_CRDS / sorted(p.name for p in GKE_NETWORKING_CRDS.iterdir() if p.is_dir())[-1])
+        gke_crds = _crds(_newest(GKE_NETWORKING_CRDS)) + _crds(_newest(DRA_DRIVER_CRDS))
         kueue_crds = _crds(kueue_dir / "config" / "components" / "crd" / "bases")
         webhook_manifests = (kueue_dir / "config" / "components" / "webhook" / "manifests.yaml").read_text()
         ca_bundle = base64.b64encode(ca.ca_pem).decode()
@@ -230,6 +237,11 @@ class _Starter:
             kube.apply_all(hooks)
             env = {"KUBECONFIG": c.kubeconfig, "PATH": "/usr/bin:/bin"}
             self.sup.start(f"kueue-{c.kuberay}", components_argv.kueue(components.KUEUE.path("kueue"), cfg), env=env)
+            dra_stand_in.install(kube)
+            ready = folder / "dra-stand-in.ready"
+            argv = [sys.executable, "-m", "testbed.dra_stand_in", f"--kubeconfig={c.kubeconfig}", f"--ready={ready}"]
+            self.sup.start(f"dra-stand-in-{c.kuberay}", argv, cwd=ROOT)
+            self.sup.wait(f"dra-stand-in-{c.kuberay}", ready.exists, START_TIMEOUT_S)
             waits += [
                 (f"kuberay-{c.kuberay}", f"http://127.0.0.1:{ports['ray-probe']}/readyz"),
                 (f"kueue-{c.kuberay}", f"http://127.0.0.1:{ports['kueue-health']}/readyz"),
@@ -245,7 +257,7 @@ class _Starter:
             # The controller-manager's service-account controller makes `default` in every namespace;
             # until it has, pods are refused.
             wait_for("the default ServiceAccount", lambda k=kube: k.get("v1", "ServiceAccount", "default", "default"))
-            add_nodes(kube, nodes.cluster_nodes(infra))
+            add_nodes(kube, nodes.cluster_nodes(infra, dranet=self.dranet))
         self.phase("nodes")
 
         contexts = [Context(c.name, c.server, ca.ca, admin.cert, admin.key) for c in clusters]
@@ -254,6 +266,11 @@ class _Starter:
         record = asdict(bed)
         (st / RECORD).write_text(json.dumps(record, indent=1))
         return bed
+
+
+def _newest(folder: Path) -> Path:
+    """The newest version's folder of a vendored project."""
+    return folder / sorted(p.name for p in folder.iterdir() if p.is_dir())[-1]
 
 
 def _install_crds(cluster: Cluster, crds: list[dict[str, Any]]) -> None:
@@ -285,8 +302,11 @@ def up(
     kuberay: Sequence[str] = (),
     detached: bool = False,
     log: Callable[[str], None] = print,
+    *,
+    dranet: bool = False,
 ) -> Testbed:
-    """Build what is missing, then start a test bed in `state` (which must not hold a running one)."""
+    """Build what is missing, then start a test bed in `state` (which must not hold a running one);
+    `dranet`: its GPU pools made with managed DRANET."""
     if load(state) is not None or Supervisor(state).records():
         down(state)
     state.mkdir(parents=True, exist_ok=True)
@@ -294,7 +314,7 @@ def up(
     start = time.monotonic()
     build([components.ETCD, components.CONTROL_PLANE, components.KWOK, *operators, components.KUEUE], log=log)
     built = time.monotonic() - start
-    starter = _Starter(state, operators, detached, log)
+    starter = _Starter(state, operators, detached, log, dranet)
     try:
         bed = starter.run(infra or default_infra())
     except BaseException:

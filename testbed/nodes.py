@@ -5,7 +5,9 @@ arithmetic), never from a second copy here.
 Per GPU pool (one per worker group of the infra options): the machine type, accelerator, GPU
 driver, node-pool, zone and architecture labels, the labels and taints of the pool's provisioning
 type, the GPU taint, `nvidia.com/gpu` capacity, allocatable CPU, memory and ephemeral storage by
-GKE's formula, and the topology labels Kueue's topology-aware placement reads. And the CPU pool
+GKE's formula, and the topology labels Kueue's topology-aware placement reads; an Arm machine
+(A4X) gets its architecture label and GKE's arch taint, a managed-DRANET pool the labels of
+`--accelerator-network-profile=auto` (both from generator/gke/provisioning.py). And the CPU pool
 (`default-pool`, one node) the infra script's cluster starts with.
 
 kwok manages exactly the nodes annotated `kwok.x-k8s.io/node: fake` (an annotation, so no pod
@@ -19,7 +21,7 @@ from typing import Any
 
 from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
-from generator.gke.provisioning import GPU_TAINT, TYPES
+from generator.gke.provisioning import GPU_TAINT, TYPES, arch_taints, dranet_node_labels
 from generator.gke.sizing import allocatable_of as allocatable
 from generator.gke.sizing import ephemeral_allocatable_gib
 from generator.infra.options import InfraOptions
@@ -106,13 +108,13 @@ def node(
     }
 
 
-def gpu_pool(o: InfraOptions, group: GroupSpec, first_block: int = 0) -> list[dict[str, Any]]:
-    """The nodes of one GPU pool at its full size (the autoscaler's maximum)."""
+def gpu_pool(o: InfraOptions, group: GroupSpec, first_block: int = 0, dranet: bool = False) -> list[dict[str, Any]]:
+    """The nodes of one GPU pool at its full size (the autoscaler's maximum); `dranet`: a pool
+    created with --accelerator-network-profile=auto."""
     p = profile(o.gpu)
     kind = TYPES[group.provisioning]
     pool = o.pool_name(group)
-    taints = [{"key": GPU_TAINT.key, "value": GPU_TAINT.value, "effect": GPU_TAINT.effect}]
-    taints += [{"key": t.key, "value": t.value, "effect": t.effect} for t in kind.taints]
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in (GPU_TAINT, *kind.taints, *arch_taints(p.cpu_arch))]
     out = []
     for i in range(group.replicas):
         name = f"gke-{o.cluster}-{pool}-{i}"
@@ -123,6 +125,8 @@ def gpu_pool(o: InfraOptions, group: GroupSpec, first_block: int = 0) -> list[di
             TOPOLOGY_SUBBLOCK: f"block-{first_block}-sub-{i // NODES_PER_SUBBLOCK}",
             TOPOLOGY_HOST: f"host-{pool}-{i}",
         } | kind.node_labels(group.reservation)
+        if dranet:
+            labels |= dranet_node_labels()
         out.append(
             node(
                 name,
@@ -131,6 +135,7 @@ def gpu_pool(o: InfraOptions, group: GroupSpec, first_block: int = 0) -> list[di
                 memory_gib=p.host_memory_gib,
                 pool=pool,
                 zone=o.zone,
+                arch=p.cpu_arch,
                 labels=labels,
                 taints=taints,
                 extended={"nvidia.com/gpu": str(p.gpus_per_node)},
@@ -153,9 +158,10 @@ def cpu_pool(o: InfraOptions, count: int = 1) -> list[dict[str, Any]]:
     ]
 
 
-def cluster_nodes(o: InfraOptions) -> list[dict[str, Any]]:
-    """Every node of a Standard cluster the infra script builds with these options."""
+def cluster_nodes(o: InfraOptions, dranet: bool = False) -> list[dict[str, Any]]:
+    """Every node of a Standard cluster the infra script builds with these options (its GPU pools
+    with managed DRANET when `dranet`)."""
     nodes = cpu_pool(o)
     for block, group in enumerate(o.worker_groups):
-        nodes += gpu_pool(o, group, first_block=block)
+        nodes += gpu_pool(o, group, first_block=block, dranet=dranet)
     return nodes

@@ -19,11 +19,20 @@ Sources (GKE documentation):
   reservation shared from another project adds `cloud.google.com/reservation-project`.
 - GPU nodes: GKE taints every GPU node `nvidia.com/gpu=present:NoSchedule` ("Run GPUs in GKE
   Standard node pools").
+- Arm nodes (A4X's Grace CPUs): GKE taints them `kubernetes.io/arch=arm64:NoSchedule` ("Prepare an
+  Arm workload for deployment", GKE docs), so only pods that tolerate the taint land there.
+- Managed DRANET pools (`--accelerator-network-profile=auto`): the nodes carry
+  `gke.networks.io/accelerator-network-profile=auto`, which pods select (container-engine-accelerators
+  gpudirect-rdma/nccl-test-managed-rdma.yaml), and `cloud.google.com/gke-networking-dra-driver=true`,
+  where GKE runs its networking-dra-driver DaemonSet ("Allocate network resources by using GKE
+  managed DRANET", GKE docs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from generator.gke import networks
 
 MODES = ("standard", "autopilot")
 DEFAULT_MODE = "standard"
@@ -57,6 +66,20 @@ class Toleration:
 
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 GPU_TOLERATION = Toleration("nvidia.com/gpu", "Exists", effect="NoSchedule")
+ARCH_LABEL = "kubernetes.io/arch"
+# The taint GKE puts on nodes of each CPU architecture but x86's (the profiles' cpu_arch).
+ARCH_TAINTS: dict[str, Taint] = {"arm64": Taint(ARCH_LABEL, "arm64", "NoSchedule")}
+DRANET_DRIVER_LABEL = "cloud.google.com/gke-networking-dra-driver"
+
+
+def arch_taints(cpu_arch: str) -> tuple[Taint, ...]:
+    """The taints GKE puts on a node of this CPU architecture (none on amd64)."""
+    return (ARCH_TAINTS[cpu_arch],) if cpu_arch in ARCH_TAINTS else ()
+
+
+def dranet_node_labels() -> dict[str, str]:
+    """The labels of a node of a pool created with --accelerator-network-profile=auto."""
+    return {networks.DRANET_PROFILE_LABEL: networks.DRANET_PROFILE, DRANET_DRIVER_LABEL: "true"}
 
 
 @dataclass(frozen=True)

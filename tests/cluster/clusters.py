@@ -184,24 +184,29 @@ def _selects(node: dict[str, Any], selector: dict[str, Any]) -> bool:
     return all(labels.get(k) == str(v) for k, v in selector.items())
 
 
-def add_gpu_pools(made: Made) -> None:
+def add_gpu_pools(made: Made) -> dict[str, list[str]]:
     """A simulated pool for each worker group that no node of the test bed can take (another GPU,
     provisioning or reservation, or an extra node selector of the values), as GKE adds nodes: the
-    shape from testbed/nodes.py, the group's own node selector among the labels."""
+    shape from testbed/nodes.py (with managed DRANET's labels for network.mode dranet), the group's
+    own node selector among the labels. The names of the nodes added, per group."""
     o = infra_options(made.values, made.namespace, cluster=unique("pool"))
+    dranet = made.values["network"]["mode"] == "dranet"
     existing = made.kube.list("v1", "Node")
     added: list[dict[str, Any]] = []
-    for block, ((_, replicas, pod), group) in enumerate(zip(made.rendered.workers(), o.worker_groups, strict=True)):
+    pools: dict[str, list[str]] = {}
+    for block, ((name, replicas, pod), group) in enumerate(zip(made.rendered.workers(), o.worker_groups, strict=True)):
         selector = pod.spec.get("nodeSelector") or {}
         if sum(_selects(n, selector) for n in existing) >= replicas:
             continue
-        for node in bed_nodes.gpu_pool(o, group, first_block=block):
+        for node in bed_nodes.gpu_pool(o, group, first_block=block, dranet=dranet):
             node["metadata"]["labels"] |= {k: str(v) for k, v in selector.items()}
             added.append(node)
+            pools.setdefault(name, []).append(node["metadata"]["name"])
     if added:
         for node in added:
             made.undo.append(lambda n=node["metadata"]["name"]: made.kube.delete("v1", "Node", n))
         add_nodes(made.kube, added)
+    return pools
 
 
 def installer_daemonset(namespace: str) -> dict[str, Any]:
