@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/tools.py [--repeat 7] [--suite]
 
-Prints a markdown table (medians). Every command is timed as a whole process (what a user waits
+Prints a markdown table (medians of wall and of CPU time, user + system of the process and its
+children). Every command is timed as a whole process (what a user waits
 for): `validate` (the schema, the rules, then a render by the pinned Helm and the object rules) and
 `render` (Helm, then every object against kubernetes-validate for 7 Kubernetes versions, both
 KubeRay CRD sets and the project's schemas) each next to a bare `helm template` of the same values,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,15 +74,25 @@ def helm_process(helm: Path, values: Path) -> Callable[[], None]:
     return run
 
 
-def interleaved(fns: dict[str, Callable[[], None]], repeat: int) -> dict[str, float]:
-    """Median time of each command, run in turn (a, b, c, a, b, c...) so load spikes hit all alike."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every finished child process so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def interleaved(fns: dict[str, Callable[[], None]], repeat: int) -> dict[str, tuple[float, float]]:
+    """Median wall time and median CPU time (the process and its children, e.g. Helm) of each
+    command, run in turn (a, b, c, a, b, c...) so load spikes hit all alike. CPU time is what a
+    loaded machine changes least."""
+    walls: dict[str, list[float]] = {k: [] for k in fns}
+    cpus: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            t = time.perf_counter()
+            c, t = _children_cpu(), time.perf_counter()
             fn()
-            times[name].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+            walls[name].append(time.perf_counter() - t)
+            cpus[name].append(_children_cpu() - c)
+    return {k: (statistics.median(walls[k]), statistics.median(cpus[k])) for k in fns}
 
 
 def groups(total: int, n: int) -> str:
@@ -96,9 +108,14 @@ def main() -> int:
     rows: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        gen = median_time(cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp), args.repeat)
+        gen, gen_cpu = interleaved({"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}, args.repeat)["gen"]
         rows.append(
-            ("`python -m generator --gpu h200` (process start to file written)", f"{gen * 1000:.0f} ms", "< 300 ms", ok(gen, "generator"))
+            (
+                "`python -m generator --gpu h200` (process start to file written)",
+                f"{gen * 1000:.0f} ms wall, {gen_cpu * 1000:.0f} ms CPU",
+                "< 300 ms",
+                ok(gen, "generator"),
+            )
         )
         huge, empty = tmp / "huge.yaml", tmp / "empty.yaml"
         huge.write_text("a: " + "x" * (50 << 20) + "\n")
@@ -125,14 +142,16 @@ def main() -> int:
                 },
                 args.repeat,
             )
+            (hw, hc) = times["helm"]
             for name in ("validate", "render"):
-                ratio = times[name] / times["helm"]
+                (w, c) = times[name]
                 rows.append(
                     (
                         f"`python -m generator {name}`, {label}",
-                        f"{times[name] * 1000:.0f} ms (bare `helm template` {times['helm'] * 1000:.0f} ms, x{ratio:.2f})",
+                        f"{w * 1000:.0f} ms wall (x{w / hw:.2f}), {c * 1000:.0f} ms CPU (x{c / hc:.2f}); "
+                        f"bare `helm template` {hw * 1000:.0f} ms wall, {hc * 1000:.0f} ms CPU",
                         "<= 3x helm",
-                        ok(ratio, "ratio"),
+                        ok(max(w / hw, c / hc), "ratio"),
                     )
                 )
     if args.suite:
