@@ -43,8 +43,9 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def cli(*args: str, cwd: Path) -> Callable[[], None]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def cli(*args: str, cwd: Path, root: Path = ROOT) -> Callable[[], None]:
+    """`python -m generator ARGS` of the checkout at `root` (this one unless --baseline), as a process."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
 
     def run() -> None:
         subprocess.run([PY, "-m", "generator", *args], cwd=cwd, env=env, check=True, capture_output=True)
@@ -104,11 +105,25 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--suite", action="store_true", help="also time scripts/test.sh once")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. a worktree of main) whose generator, validate and render run interleaved with this one's",
+    )
     args = p.parse_args()
+    base: Path | None = args.baseline.resolve() if args.baseline else None
     rows: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        gen, gen_cpu = interleaved({"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}, args.repeat)["gen"]
+        gen_cmds = {"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}
+        if base is not None:
+            gen_cmds["base"] = cli("--gpu", "h200", "-o", str(tmp / "v-base.yaml"), "--force", cwd=tmp, root=base)
+        gen_times = interleaved(gen_cmds, args.repeat)
+        gen, gen_cpu = gen_times["gen"]
+        if base is not None:
+            bw, bc = gen_times["base"]
+            rows.append(("baseline: `python -m generator --gpu h200`", f"{bw * 1000:.0f} ms wall, {bc * 1000:.0f} ms CPU", "", ""))
         rows.append(
             (
                 "`python -m generator --gpu h200` (process start to file written)",
@@ -134,20 +149,21 @@ def main() -> int:
             cases.append((f"{nodes} node(s), {n_groups} group(s)", values))
         for label, values in cases:
             bare = helm_process(helm.path, values)
-            times = interleaved(
-                {
-                    "helm": bare,
-                    "validate": cli("validate", str(values), cwd=tmp),
-                    "render": cli("render", str(values), "--out", str(out), cwd=tmp),
-                },
-                args.repeat,
-            )
+            cmds = {
+                "helm": bare,
+                "validate": cli("validate", str(values), cwd=tmp),
+                "render": cli("render", str(values), "--out", str(out), cwd=tmp),
+            }
+            if base is not None:
+                cmds["baseline: validate"] = cli("validate", str(values), cwd=tmp, root=base)
+                cmds["baseline: render"] = cli("render", str(values), "--out", str(tmp / "out-base"), cwd=tmp, root=base)
+            times = interleaved(cmds, args.repeat)
             (hw, hc) = times["helm"]
-            for name in ("validate", "render"):
+            for name in [n for n in cmds if n != "helm"]:
                 (w, c) = times[name]
                 rows.append(
                     (
-                        f"`python -m generator {name}`, {label}",
+                        f"{'baseline: ' if name.startswith('baseline') else ''}`python -m generator {name.split(': ')[-1]}`, {label}",
                         f"{w * 1000:.0f} ms wall (x{w / hw:.2f}), {c * 1000:.0f} ms CPU (x{c / hc:.2f}); "
                         f"bare `helm template` {hw * 1000:.0f} ms wall, {hc * 1000:.0f} ms CPU",
                         "<= 3x helm",
