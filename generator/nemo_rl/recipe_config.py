@@ -184,7 +184,7 @@ _PLAIN_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-
 def _plain_value(text: str) -> Any:
     """The value Hydra reads from `text` when it is one plain literal, else _MISSING."""
     if _INT.fullmatch(text):
-        return int(text)
+        return int(text) if len(text) <= 30 else _MISSING  # a huge one: Hydra says what it makes of it
     if _FLOAT.fullmatch(text):
         return float(text)
     if text in ("true", "false"):

@@ -70,6 +70,8 @@ VALUE_TEXTS = [
     ),
     *(["a:b", "a@b", "a$b", "a%b", "a*b", "a?b", "a|b", "a\\b"]),
     "a b",
+    "1" * 5000,  # more digits than Python converts by default
+    "9" * 31,
     " a",
     "a ",
     "",
