@@ -15,6 +15,9 @@
 - generator/nemo_rl/merged_recipes.json  <- each carried recipe the generator chooses, merged over its defaults chain
 - schemas/kuberay/*.json                  <- vendor/kuberay's CRDs, converted once for render and validate
                                            (index.json names each vendored file's sha256)
+- schemas/kubernetes/*.json               <- the installed kubernetes-validate's strict schemas of the
+                                           built-in kinds the chart renders, each with only the
+                                           definitions it reaches (index.json: its release, sha256s)
 - tests/chart/snapshots/<scenario>.yaml   <- helm template of each ci/ scenario and example (pinned Helm 4),
                                            so a reviewer sees every template change as rendered YAML
 """
@@ -33,7 +36,9 @@ from generator.core.paths import CHART_DIR, ROOT
 from generator.core.schema import SCHEMA_PATH, load_schema
 from generator.generate import render_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
+from generator.render import k8s_schema
 from generator.render.crd_schema import compiled
+from generator.render.manifests import KUBE_VERSIONS
 from generator.validate.assert_coverage import replace_asserts_table
 from generator.values.docs import replace_releases_table, replace_table, values_table
 from generator.values.options import generate_argv, options_from_args
@@ -132,6 +137,7 @@ def targets() -> dict[Path, Callable[[], str]]:
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
         | {path: (lambda text=text: text) for path, text in compiled().items()}
+        | {path: (lambda text=text: text) for path, text in k8s_schema.compiled(KUBE_VERSIONS).items()}
         | {MERGED_RECIPES: merged_recipes_text}
         # last: rendered from the files above as they are written
         | {SNAPSHOTS_DIR / f"{p.stem}.yaml": _snapshot(p) for p in snapshot_sources()}

@@ -14,24 +14,30 @@ Values follow Hydra's override grammar (https://hydra.cc/docs/advanced/override_
 On top of Hydra, `check_overrides` reports every problem at once, suggests the spelling of a near
 miss, checks a value's type against the recipe's value, and refuses values NeMo RL or vLLM refuse
 at start.
+
+Hydra and OmegaConf take 0.2 s to import and more to run, so the common case has a fast path that
+never imports them: every override a plain `key=value` (`+`, `++`) whose value is one literal of
+Hydra's grammar (see `_plain_value`) set on a leaf of the recipe (`_check_plain`). Anything else
+(quoted, lists, interpolations, a missing key, a section replaced) goes through Hydra; a test holds
+both paths to the same results.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
+import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override as HydraOverride
-from omegaconf import DictConfig, ListConfig, OmegaConf, grammar_parser
-from omegaconf.errors import GrammarParseError, InterpolationKeyError, OmegaConfBaseException, UnsupportedInterpolationType
-from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+if TYPE_CHECKING:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Override as HydraOverride
+    from omegaconf import DictConfig
 
 
 class OverrideError(ValueError):
@@ -49,6 +55,8 @@ def _one_line(text: str) -> str:
 
 def _merge(base: DictConfig, child: DictConfig) -> DictConfig:
     """NeMo RL's `merge_with_override`: OmegaConf.merge, where `_override_: true` replaces a section."""
+    from omegaconf import DictConfig, OmegaConf
+
     for key in list(child.keys()):
         node = child[key]
         if isinstance(node, DictConfig) and node.get("_override_", False):
@@ -59,6 +67,8 @@ def _merge(base: DictConfig, child: DictConfig) -> DictConfig:
 
 
 def _load(path: Path) -> DictConfig:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
     config = OmegaConf.load(path)
     if not isinstance(config, DictConfig):
         raise OverrideError(f"{path}: a recipe must be a mapping")
@@ -75,6 +85,8 @@ def _load(path: Path) -> DictConfig:
 
 @lru_cache(maxsize=32)
 def _load_cached(path: Path, mtime: float) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
     return cast(dict[str, Any], OmegaConf.to_container(_load(path), resolve=False))
 
 
@@ -85,6 +97,8 @@ def load_recipe(path: Path) -> dict[str, Any]:
 
 
 def _deepcopy(config: dict[str, Any]) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
     return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.create(config), resolve=False))
 
 
@@ -93,6 +107,8 @@ def _deepcopy(config: dict[str, Any]) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _parser() -> OverridesParser:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     return OverridesParser.create()
 
 
@@ -131,6 +147,12 @@ class Override:
 
     @classmethod
     def parse(cls, arg: str) -> Override:
+        """The override as Hydra reads it (without Hydra when it is a plain one: `_plain_override`)."""
+        plain = _plain_override(arg)
+        return plain if plain is not None else cls.parse_with_hydra(arg)
+
+    @classmethod
+    def parse_with_hydra(cls, arg: str) -> Override:
         ov = _hydra_parse(arg)
         if ov.is_sweep_override() or ov.is_delete() or ov.package is not None:
             raise OverrideError(f"{arg!r}: a sweep, a deletion (~) or a package (@): NeMo RL sets values only", "write key=value")
@@ -146,6 +168,42 @@ class Override:
 
     def __str__(self) -> str:
         return f"{self.prefix}{self.key}={_text(self.value)}"
+
+
+# A plain override: an optional + or ++, a dotted key of identifiers, and one literal of Hydra's
+# override grammar (hydra/grammar/OverrideLexer.g4: INT, FLOAT, BOOL, NULL, or an unquoted string of
+# ID and UNQUOTED_CHAR tokens, which Hydra joins as written). Everything else is Hydra's to read.
+_PLAIN_OVERRIDE = re.compile(r"(\+{0,2})([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)=(.*)", re.DOTALL)
+_INT = re.compile(r"[+-]?(?:0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"[+-]?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)")
+_WORD = re.compile(r"[A-Za-z_/][A-Za-z0-9_\-/.]*")
+_WORDS_HYDRA_CONVERTS = {"true", "false", "null", "inf", "nan"}  # in any case: a bool, None or a float
+_PLAIN_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
+
+
+def _plain_value(text: str) -> Any:
+    """The value Hydra reads from `text` when it is one plain literal, else _MISSING."""
+    if _INT.fullmatch(text):
+        return int(text) if len(text) <= 30 else _MISSING  # a huge one: Hydra says what it makes of it
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if text in ("true", "false"):
+        return text == "true"
+    if text == "null":
+        return None
+    if _WORD.fullmatch(text) and text.lower() not in _WORDS_HYDRA_CONVERTS:
+        return text
+    return _MISSING
+
+
+def _plain_override(arg: str) -> Override | None:
+    """A plain override read without Hydra (what Hydra reads from it: a test holds the two to the
+    same result), or None when Hydra must read it."""
+    m = _PLAIN_OVERRIDE.fullmatch(arg)
+    if m is None:
+        return None
+    value = _plain_value(m.group(3))
+    return None if value is _MISSING else Override(m.group(1), m.group(2), value)
 
 
 def parse_value(text: str) -> Any:
@@ -188,6 +246,12 @@ def is_interpolation(value: Any) -> bool:
     resolves to, whatever the key's type (its own recipes write `max_new_tokens: ${policy...}`)."""
     if not isinstance(value, str) or "${" not in value:
         return False
+    if _PLAIN_INTERPOLATION.fullmatch(value):
+        return True
+    from omegaconf import grammar_parser
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+
     try:
         tree = grammar_parser.parse(value)
     except GrammarParseError:
@@ -205,6 +269,8 @@ def register_resolvers() -> None:
     """The resolvers NeMo RL registers before it resolves a config (nemo_rl/utils/config.py
     `register_omegaconf_resolvers` from v0.6.0, `mul` in v0.5.0's examples/run_grpo_math.py),
     with the same meaning, when nothing registered them yet."""
+    from omegaconf import OmegaConf
+
     for name, fn in (("mul", lambda a, b: a * b), ("div", lambda a, b: a / b), ("max", max)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
@@ -213,6 +279,9 @@ def register_resolvers() -> None:
 def _resolve(cfg: DictConfig, key: str) -> tuple[Any, OverrideError | None]:
     """(the value `key` resolves to in the merged config, or _MISSING when it cannot be resolved
     here; the problem NeMo RL's resolution would raise, when it surely would)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException, UnsupportedInterpolationType
+
     try:
         return OmegaConf.select(cfg, key, throw_on_resolution_failure=True), None
     except InterpolationKeyError as e:
@@ -292,6 +361,8 @@ def _bound_problem(key: str, value: Any) -> OverrideError | None:
 
 
 def _struct(config: Mapping[str, Any]) -> DictConfig:
+    from omegaconf import OmegaConf
+
     cfg = OmegaConf.create(dict(config))
     OmegaConf.set_struct(cfg, True)
     return cfg
@@ -299,6 +370,8 @@ def _struct(config: Mapping[str, Any]) -> DictConfig:
 
 def _apply(cfg: DictConfig, plain: Mapping[str, Any], ov: Override) -> None:
     """One override, applied by Hydra as NeMo RL applies it; its problems as an OverrideError."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
     try:
         ConfigLoaderImpl._apply_overrides_to_config(overrides=[ov.to_hydra()], cfg=cfg)
     except Exception as e:
@@ -334,12 +407,60 @@ def _check_interpolations(
     return problems
 
 
+def _check_plain(
+    config: Mapping[str, Any], entries: list[tuple[W, str]]
+) -> tuple[dict[str, Any], list[tuple[W, str, OverrideError]]] | None:
+    """check_overrides without Hydra when every override is plain and sets a leaf the way Hydra
+    would without question: `key=` and `++key=` an existing leaf, `+key=` and `++key=` a new key
+    (its missing or null sections created). None when any is not (then Hydra applies them all)."""
+    parsed = []
+    for where, arg in entries:
+        ov = _plain_override(arg)
+        if ov is None:
+            return None
+        parsed.append((where, ov))
+    plain = copy.deepcopy(dict(config))
+    problems: list[tuple[W, str, OverrideError]] = []
+    for where, ov in parsed:
+        *parents, leaf = ov.key.split(".")
+        node: Any = plain
+        for part in parents:
+            if not isinstance(node, dict):
+                return None
+            if ov.prefix and node.get(part) is None:
+                node[part] = {}  # `+`/`++` create a missing or null section, as Hydra does
+            node = node.get(part)
+        if not isinstance(node, dict):
+            return None
+        exists, old = leaf in node, node.get(leaf)
+        if isinstance(old, dict | list) or (ov.prefix == "" and not exists) or (ov.prefix == "+" and exists):
+            return None  # a section merged or replaced, a missing key, a key added twice: Hydra says what happens
+        if isinstance(old, str) and "${" in old and not _PLAIN_INTERPOLATION.fullmatch(old):
+            return None  # whether the recipe's value is an interpolation is omegaconf's grammar to say
+        bad = _check_value(plain, ov)
+        node[leaf] = ov.value
+        if bad is not None:
+            problems.append((where, ov.key, bad))
+    return plain, problems
+
+
 def check_overrides(
     config: Mapping[str, Any], entries: Iterable[tuple[W, str]]
 ) -> tuple[dict[str, Any], list[tuple[W, str, OverrideError]]]:
     """Apply every override in order, as NeMo RL does, and collect every problem instead of stopping
     at the first: (the config with every good override applied, [(where, key, problem)]).
     `key` is the override's key, or its whole text when Hydra cannot parse it."""
+    entries = list(entries)
+    plain_result = _check_plain(config, entries)
+    return plain_result if plain_result is not None else check_overrides_with_hydra(config, entries)
+
+
+def check_overrides_with_hydra(
+    config: Mapping[str, Any], entries: Iterable[tuple[W, str]]
+) -> tuple[dict[str, Any], list[tuple[W, str, OverrideError]]]:
+    """check_overrides, every override read and applied by Hydra."""
+    from omegaconf import OmegaConf
+
     register_resolvers()
     plain = _deepcopy(dict(config))
     cfg = _struct(plain)
@@ -347,7 +468,7 @@ def check_overrides(
     pending: dict[str, tuple[W, Override, Mapping[str, Any]]] = {}  # interpolations, judged at the end
     for where, arg in entries:
         try:
-            ov = Override.parse(arg)
+            ov = Override.parse_with_hydra(arg)
         except OverrideError as e:
             problems.append((where, arg, e))
             continue
@@ -367,6 +488,8 @@ def check_overrides(
 
 def apply_override(config: dict[str, Any], ov: Override) -> None:
     """Apply one override in place; an OverrideError names what NeMo RL would refuse."""
+    from omegaconf import OmegaConf
+
     register_resolvers()
     cfg = _struct(config)
     _apply(cfg, config, ov)

@@ -10,7 +10,6 @@ A kind with no schema is itself a finding.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 
 from generator.core.schema import ROOT, dotted
+from generator.render import k8s_schema
 from generator.render.crd_schema import compiled_index, compiled_schemas
 
 # Kubernetes minor versions the chart supports: GKE's oldest for H200 RDMA (1.31) up to the
@@ -63,51 +63,57 @@ def _own_validators() -> dict[tuple[str, str, str], tuple[str, Any]]:
 
     out = {}
     for path in sorted(p for d in OWN_SCHEMAS for p in d.glob("*.json")):
-        schema = json.loads(path.read_text(encoding="utf-8"))
-        Draft202012Validator.check_schema(schema)
+        schema = json.loads(path.read_text(encoding="utf-8"))  # valid JSON Schema: tests/render holds them to it
         gvks = schema["x-kubernetes-group-version-kind"]
         for gvk in gvks if isinstance(gvks, list) else [gvks]:
             out[(gvk["group"], gvk["version"], gvk["kind"])] = (path.parent.name, Draft202012Validator(schema))
     return out
 
 
-K8S_SCHEMAS = "kubernetes-json-schema"
-
-
-@cache
-def _k8s_dir(version: str) -> Any:
-    """kubernetes-validate's strict schemas for one Kubernetes minor version."""
-    from importlib.resources import files
-
-    base = files("kubernetes_validate") / K8S_SCHEMAS
-    folder = base / f"v{version}.0-local-strict"
-    if not folder.is_dir():
-        raise FileNotFoundError(f"kubernetes-validate has no schemas for Kubernetes {version}")
-    return folder
-
-
 @cache
 def _k8s_registry(version: str) -> Any:
     from referencing import Registry, Resource
 
-    defs = json.loads((_k8s_dir(version) / "_definitions.json").read_text(encoding="utf-8"))
+    folder = k8s_schema.package_dir() / k8s_schema.K8S_SCHEMAS / f"v{version}.0-local-strict"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"kubernetes-validate has no schemas for Kubernetes {version}")
+    defs = json.loads((folder / "_definitions.json").read_text(encoding="utf-8"))
     return Resource.from_contents(defs) @ Registry()
 
 
 @cache
 def _k8s_validator(version: str, kind: str, api_version: str) -> Any | None:
-    """A compiled validator, read once per (version, kind): kubernetes-validate itself re-reads
-    and re-parses the schema files on every call, which made validation 10x slower than Helm."""
+    """A validator from kubernetes-validate's own files, read once per (version, kind), for a kind
+    schemas/kubernetes/ does not hold: kubernetes-validate itself re-reads and re-parses the schema
+    files on every call, which made validation 10x slower than Helm."""
     from jsonschema import Draft202012Validator
     from referencing import Resource
 
-    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    path = _k8s_dir(version) / f"{kind.lower()}-{api}.json"
+    definitions = _k8s_registry(version)  # a version kubernetes-validate lacks is an error, not "not served"
+    path = k8s_schema.schema_file(version, kind, api_version)
     if not path.is_file():
         return None
     schema = json.loads(path.read_text(encoding="utf-8"))
-    registry = Resource.from_contents(schema) @ _k8s_registry(version)
+    registry = Resource.from_contents(schema) @ definitions
     return Draft202012Validator(schema, registry=registry)
+
+
+@cache
+def _compiled_k8s_validator(kind: str, api_version: str, version: str) -> tuple[int, Any] | None:
+    """(which distinct schema, its validator) of a kind schemas/kubernetes/ holds; None when the
+    version does not serve the kind."""
+
+    entry = k8s_schema.compiled_schemas(kind, api_version).get(version)
+    return None if entry is None else (entry[0], _compiled_validator(kind, api_version, entry[0]))
+
+
+@cache
+def _compiled_validator(kind: str, api_version: str, index: int) -> Any:
+    from jsonschema import Draft202012Validator
+
+    versions = k8s_schema.compiled_schemas(kind, api_version)
+    schema = next(s for i, s in versions.values() if i == index)
+    return Draft202012Validator(schema)
 
 
 def _gvk(obj: dict[str, Any]) -> tuple[str, str, str]:
@@ -130,8 +136,21 @@ def validate_object(obj: dict[str, Any], kube_versions: Iterable[str] = KUBE_VER
         return list(_schema_findings(obj, checker, validator))
     findings = []
     served = 0
+    kind, api_version = str(obj.get("kind", "")), str(obj.get("apiVersion", ""))
+    compiled = (kind, api_version) in k8s_schema.compiled_index()
+    seen: dict[int, list[Finding]] = {}  # a schema identical for several versions is checked once
     for version in kube_versions:
-        validator = _k8s_validator(version, str(obj.get("kind", "")), str(obj.get("apiVersion", "")))
+        if compiled and version in KUBE_VERSIONS:
+            found = _compiled_k8s_validator(kind, api_version, version)
+            if found is None:
+                continue  # not served by this version (see below)
+            served += 1
+            index, validator = found
+            if index not in seen:
+                seen[index] = list(_schema_findings(obj, "", validator))
+            findings.extend(Finding(f.obj, f"k8s-{version}", f.path, f.message) for f in seen[index])
+            continue
+        validator = _k8s_validator(version, kind, api_version)
         if validator is None:
             # Not served by this Kubernetes version (resource.k8s.io/v1 is GA from 1.34): what needs
             # it (DRA, managed DRANET) has a GKE floor above that version.
@@ -154,9 +173,13 @@ def warm() -> None:
 
     _crd_validators(("ray.io", "v1", "RayCluster"))
     _own_validators()
+    compiled = k8s_schema.compiled_index()
     for version in KUBE_VERSIONS:
         for kind, api in COMMON_KINDS:
-            _k8s_validator(version, kind, api)
+            if (kind, api) in compiled:
+                _compiled_k8s_validator(kind, api, version)
+            else:
+                _k8s_validator(version, kind, api)
 
 
 def validate_documents(objs: Iterable[dict[str, Any]], kube_versions: Iterable[str] = KUBE_VERSIONS) -> list[Finding]:

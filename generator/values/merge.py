@@ -32,7 +32,7 @@ def _chart_defaults_text() -> str:
 
 
 def chart_defaults() -> dict[str, Any]:
-    return yaml.safe_load(_chart_defaults_text())
+    return yaml.load(_chart_defaults_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 def as_helm_sees_it(doc: Any) -> Any:

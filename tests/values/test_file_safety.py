@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from generator.core import files
+from generator.core.errors import InputError
+
 ROOT = Path(__file__).resolve().parents[2]
 CI_DIR = ROOT / "charts" / "nemo-rl-gke" / "ci"
 B200 = CI_DIR / "b200-values.yaml"
@@ -286,3 +289,41 @@ def test_a_full_stdout_is_one_line(tmp_path):
         proc = run(*INFRA, cwd=tmp_path, stdout=full.fileno())
     assert proc.returncode == 1
     assert proc.stderr == "error: cannot write to standard output: No space left on device\n"
+
+
+LIBYAML_CASES = [
+    "a: 1\x07",
+    "a: \x85x",
+    "\ufeffa: 1",
+    "a:\n\tb: 1",
+    "a: " + "[" * 60 + "]" * 60,
+    "a: \ud800",
+    "a: 1\nb: 2\na: 3",
+    "a: &x {b: 1}\nc: *x\nd:\n  <<: *x\n  b: 2",
+    "? [1]\n: 2",
+    "a: !!python/object:os.system x",
+    "a: 0o17\nb: 1_000\nc: .inf\nd: 2001-12-14\ne: 0x1F\nf: yes\ng: ~",
+    "a: \x00",
+    "a: \u2028x\nb: \ue000\nc: \U0001f600\nd: \x7f",
+    "a: [1, 2\nb: 3",
+    "a: 'unterminated\n",
+    "a:\n  - b\n   c: 1",
+    "- a\n- b",
+    "",
+    "# only a comment\n",
+]
+
+
+@pytest.mark.parametrize("text", LIBYAML_CASES)
+def test_the_libyaml_parser_reads_and_refuses_as_pyyamls_does(text, monkeypatch):
+    # parse_yaml reads with libyaml (several times faster) and falls back to PyYAML's own parser
+    # for what libyaml refuses: documents and messages are those of PyYAML alone.
+    def outcome() -> object:
+        try:
+            return ("ok", files.parse_yaml(text, "v.yaml"))
+        except InputError as e:
+            return ("refused", str(e))
+
+    fast = outcome()
+    monkeypatch.setattr(files, "_FastUniqueKeyLoader", files._UniqueKeyLoader)
+    assert fast == outcome()

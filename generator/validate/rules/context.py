@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from generator.gke.profiles import AcceleratorProfile, profile
 from generator.nemo_rl.placement import (
@@ -29,6 +29,13 @@ from generator.nemo_rl.recipe_config import (
 from generator.nemo_rl.releases import RELEASES, NemoRlRelease
 from generator.values.worker_groups import worker_nodes
 from generator.vendored import MissingDataError, load_release_recipe
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
+_SLOW = object()  # what only omegaconf can say
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,8 @@ class Context:
     def run_config(self) -> DictConfig | None:
         """The chosen release's recipe merged over its `defaults:` chain with every good override
         applied, as NeMo RL runs it; None when the repository does not carry it."""
+        from omegaconf import OmegaConf
+
         return None if self.recipe_check is None else OmegaConf.create(self.recipe_check[0])
 
     def get_int(self, key: str, default: int | None = None) -> int | None:
@@ -123,12 +132,51 @@ class Context:
 
     def setting(self, key: str) -> Any:
         """The value NeMo RL runs with for a dotted key (the recipe's unless an override sets it), or None."""
-        if self.run_config is None:
+        if self.recipe_check is None:
             return None
+        value = self._plain_setting(key, 0)
+        if value is not _SLOW:
+            return value
+        from omegaconf import OmegaConf
+
         try:
             return OmegaConf.select(self.run_config, key, default=None)
         except Exception:  # an interpolation NeMo RL resolves with its own resolvers
             return None
+
+    def section(self, key: str) -> Any:
+        """`setting`, with a section as plain Python as written (its interpolations unresolved:
+        OmegaConf.to_container(..., resolve=False) of what omegaconf selects)."""
+        value = self._plain_setting(key, 0, sections=True)
+        if value is not _SLOW:
+            return value
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        value = self.setting(key)
+        return OmegaConf.to_container(value, resolve=False) if isinstance(value, DictConfig | ListConfig) else value
+
+    def _plain_setting(self, key: str, depth: int, sections: bool = False) -> Any:
+        """`setting` without omegaconf where the answer is plain: a missing key (None), a leaf
+        that is not an interpolation, or one that names another key (`${a.b}`, followed). _SLOW
+        for the rest (sections, which omegaconf returns as its own containers; other interpolations);
+        a test holds it to OmegaConf.select."""
+        if self.recipe_check is None or depth > 8 or not _DOTTED.fullmatch(key):
+            return _SLOW
+        node: Any = self.recipe_check[0]
+        for part in key.split("."):
+            if not isinstance(node, dict):
+                return _SLOW
+            if part not in node:
+                return None
+            node = node[part]
+        if isinstance(node, dict | list):
+            return copy.deepcopy(node) if sections else _SLOW
+        if node == "???":  # omegaconf's missing value
+            return _SLOW
+        if isinstance(node, str) and "${" in node:
+            m = _REFERENCE.fullmatch(node)
+            return self._plain_setting(m.group(1), depth + 1, sections) if m else _SLOW
+        return node
 
     def where(self, key: str) -> str:
         """How findings name the values entry that sets a NeMo RL key: the list of the override that

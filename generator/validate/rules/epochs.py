@@ -34,7 +34,7 @@ def _trains_on_gsm8k_train(ctx: Context) -> bool:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    if not ctx.grpo.get("enabled", True) or ctx.run_config is None:
+    if not ctx.grpo.get("enabled", True) or ctx.recipe_check is None:
         return
     if ctx.setting("grpo.async_grpo.enabled") or ctx.setting("grpo.use_dynamic_sampling"):
         return  # async_grpo_train counts steps alone; dynamic sampling takes several batches a step

@@ -22,7 +22,7 @@ def _whole(value: Any) -> int | None:
 def check(ctx: Context) -> Iterator[Finding]:
     if not ctx.grpo.get("enabled", True):
         return
-    if ctx.run_config is None:
+    if ctx.recipe_check is None:
         return
     gens = _whole(ctx.setting("grpo.num_generations_per_prompt"))
     if gens == 1:

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
 
@@ -33,8 +31,7 @@ PRECISIONS = ("float32", "bfloat16", "float16")
 
 def _setting(ctx: Context, key: str) -> Any:
     """The value NeMo RL runs with, mappings and lists as plain Python."""
-    value = ctx.setting(key)
-    return OmegaConf.to_container(value, resolve=False) if isinstance(value, DictConfig | ListConfig) else value
+    return ctx.section(key)
 
 
 def _whole(value: Any) -> int | None:
@@ -67,7 +64,7 @@ def _train_gpus(ctx: Context) -> int | None:
 def _generation(ctx: Context) -> Iterator[Finding]:
     """examples/run_grpo.py main (run_grpo_math.py at v0.5.0) and nemo_rl/algorithms/grpo.py setup,
     v0.5.0 to v0.7.0: GRPO refuses a policy without a generation config."""
-    if ctx.run_config is None:
+    if ctx.recipe_check is None:
         return
     if _setting(ctx, "policy.generation") is None:
         yield error(ctx.where("policy.generation"), "null: GRPO needs a generation config and refuses to start", "drop the override")
@@ -80,7 +77,7 @@ def _backend(ctx: Context) -> Iterator[Finding]:
     megatron, dtensor = _on(ctx, MEGATRON), _on(ctx, DTENSOR)
     if megatron and dtensor:
         yield error(ctx.where(MEGATRON), "true with policy.dtensor_cfg.enabled true: NeMo RL takes one training backend", "disable one")
-    elif not megatron and not dtensor and ctx.run_config is not None:
+    elif not megatron and not dtensor and ctx.recipe_check is not None:
         yield error(
             ctx.where(DTENSOR), "no training backend: policy.dtensor_cfg.enabled and policy.megatron_cfg.enabled are false", "enable one"
         )
@@ -310,7 +307,7 @@ def _loss(ctx: Context) -> Iterator[Finding]:
     no sequence-level ratios (v0.6.0+); CISPO (v0.7.0) excludes disable_ppo_ratio,
     force_on_policy_ratio, sequence-level ratios and dual clipping, and needs token-level loss.
     nemo_rl/algorithms/utils.py calculate_kl, at the first training step: a KL type k1, k2 or k3."""
-    if ctx.run_config is None:
+    if ctx.recipe_check is None:
         return
     seq_ratios = _on(ctx, "loss_fn.sequence_level_importance_ratios")
     token_loss = _setting(ctx, "loss_fn.token_level_loss") is not False
@@ -383,7 +380,7 @@ def _grpo(ctx: Context) -> Iterator[Finding]:
     (_create_advantage_estimator, v0.6.0+); dynamic sampling with at least one batch
     (dynamic_sampling, at the first step); grpo_train and async_grpo_train, at its first checkpoint: a metric_name
     of 'train:...' or 'val:...'."""
-    if ctx.run_config is None:
+    if ctx.recipe_check is None:
         return
     mult = _number(_setting(ctx, "grpo.batch_multiplier"))
     if mult is not None and mult != 1 and not _on(ctx, "grpo.use_dynamic_sampling"):
@@ -453,7 +450,7 @@ def _validation_data(ctx: Context) -> Iterator[Finding]:
     from data.validation (nemo_rl/data/utils.py setup_response_data; GSM8KDataset in gsm8k.py never
     splits its training set, whatever data.train.split_validation_size says).
     Other datasets may split their own, which validate cannot see, so they are not judged."""
-    if ctx.run_config is None or ctx.release is None:
+    if ctx.recipe_check is None or ctx.release is None:
         return
     period = _whole(_setting(ctx, "grpo.val_period")) or 0
     if not (period > 0 or _on(ctx, "grpo.val_at_start") or _on(ctx, "grpo.val_at_end")):
@@ -480,7 +477,7 @@ def _data(ctx: Context) -> Iterator[Finding]:
     ResponseDataset needs data.train_data_path; v0.6.0+'s nemo_rl/data/utils.py
     setup_response_data needs a data.train section."""
     rel = ctx.release
-    if ctx.run_config is None or rel is None:
+    if ctx.recipe_check is None or rel is None:
         return
     if rel.data_layout == "flat":
         if _setting(ctx, "data.dataset_name") == "ResponseDataset" and not _setting(ctx, "data.train_data_path"):
@@ -625,7 +622,7 @@ RULES = (
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    if not ctx.grpo.get("enabled", True) or ctx.run_config is None:
+    if not ctx.grpo.get("enabled", True) or ctx.recipe_check is None:
         return
     for rule in RULES:
         yield from rule(ctx)
