@@ -54,6 +54,10 @@ GOLDEN_CASES = {
     # the scale-out example's groups, with Kueue and topology-aware placement
     "h200-standard-scale-out": ["--gpu", "h200", *SCALE_OUT],
     "h200-standard-scale-out-teardown": ["--gpu", "h200", *SCALE_OUT, "--teardown"],
+    # A4X: the 4-NIC RoCE VPC, the arm64 gIB installer and NVIDIA's DRA driver for the ComputeDomain
+    "gb200-standard": ["--gpu", "gb200"],
+    # GKE managed DRANET: Dataplane V2, --accelerator-network-profile=auto, no VPC of the NICs' own
+    "h200-standard-dranet": ["--gpu", "h200", "--network-mode", "dranet"],
 }
 VARIANTS = {
     **GOLDEN_CASES,
@@ -67,6 +71,8 @@ VARIANTS = {
     "team-network-teardown": ["--gpu", "h200", "--network", "team-net", "--teardown"],
     "other-gib": ["--gpu", "h200", "--gib-version", "v1.2.0", "--rdma-installer-commit", "155bfa49b7459a55c2352495d3eeb46a55637be6"],
     "flex-start-groups": ["--gpu", "h200", "--groups", "a=1:flex-start,b=1:on-demand"],
+    "h200-standard-dranet-teardown": ["--gpu", "h200", "--network-mode", "dranet", "--teardown"],
+    "gb200-standard-dranet-kueue": ["--gpu", "gb200", "--network-mode", "dranet", "--kueue", "--nodes", "3"],
 }
 
 
