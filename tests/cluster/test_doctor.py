@@ -34,8 +34,8 @@ EXISTING_NETWORKS = ("network.createObjects=false",)
 TOO_BIG = ("worker.resources.requests.memory=3000Gi", "worker.resources.limits.memory=3240Gi")
 ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 CHECKS = [
-    "api", "permissions", "kuberay-crd", "rdma-installer", "gke-networks", "gpu-nodes",
-    "storage", "token-secret", "kueue-queue", "pod-security", "quotas",
+    "api", "permissions", "kuberay-crd", "rdma-installer", "gke-networks", "gpu-nodes", "dra-driver",
+    "storage", "token-secret", "kueue-queue", "kueue-version", "pod-security", "quotas",
 ]  # fmt: skip
 
 
@@ -102,7 +102,7 @@ def test_a_healthy_cluster_passes_every_check_and_doctor_only_reads(bed, capsys,
     assert "DaemonSet kube-system/nccl-rdma-installer is ready on all 2 GPU node(s)" in checks["rdma-installer"]
     assert f"Secret {ns}/nemo-rl-tokens has HF_TOKEN, WANDB_API_KEY" in checks["token-secret"]
     assert f"namespace {ns} (pod-security.kubernetes.io/enforce=privileged) admits every pod" in checks["pod-security"]
-    assert "doctor: ready: 11 passed, 0 failed, 0 warning(s)" in err
+    assert "doctor: ready: 13 passed, 0 failed, 0 warning(s)" in err
     only_reads(sent)
     assert ("POST", ACCESS_REVIEW) in sent
 
@@ -147,7 +147,7 @@ def test_the_json_document_has_stable_keys(tutorial, capsys):
     assert rc == 0 and doc["ok"] is True
     assert list(doc) == ["ok", "server", "context", "namespace", "release", "values", "verdict", "counts", "checks"]
     assert doc["verdict"] == "ready"
-    assert doc["counts"] == {"pass": 11, "fail": 0, "warn": 0, "skip": 0}
+    assert doc["counts"] == {"pass": 13, "fail": 0, "warn": 0, "skip": 0}
     assert [c["name"] for c in doc["checks"]] == CHECKS
     assert list(doc["checks"][0]) == ["name", "status", "message", "fix"]
     assert (doc["server"], doc["context"], doc["namespace"], doc["release"], doc["values"]) == (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from generator.cluster.checks import access, kuberay, kueue, networking, nodes, pod_security, quotas, storage, tokens
+from generator.cluster.checks import access, dra, kuberay, kueue, kueue_version, networking, nodes, pod_security, quotas, storage, tokens
 from generator.cluster.checks.context import Context
 from generator.cluster.kube import ApiError, Forbidden
 from generator.cluster.report import SKIP, Result, skipped
@@ -22,9 +22,11 @@ CHECKS: tuple[tuple[str, Callable[[Context], Result]], ...] = (
     ("rdma-installer", networking.installer),
     ("gke-networks", networking.networks),
     ("gpu-nodes", nodes.check),
+    ("dra-driver", dra.check),
     ("storage", storage.check),
     ("token-secret", tokens.check),
     ("kueue-queue", kueue.check),
+    ("kueue-version", kueue_version.check),
     ("pod-security", pod_security.check),
     ("quotas", quotas.check),
 )
