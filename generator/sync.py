@@ -8,6 +8,7 @@
 - charts/nemo-rl-gke/ci/<gpu>-values.yaml <- python -m generator --gpu <every other profile>
 - charts/nemo-rl-gke/ci/*-autopilot-values.yaml <- python -m generator --gpu <every profile Autopilot runs> --mode autopilot
 - charts/nemo-rl-gke/ci/*-dranet-values.yaml <- python -m generator --gpu <every profile managed DRANET serves> --network dranet
+- charts/nemo-rl-gke/templates/_kueue_limits.tpl <- the Kueue version table (generator/gke/kueue_versions.py)
 - charts/nemo-rl-gke/README.md table     <- schema descriptions + chart defaults
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 - docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
@@ -35,6 +36,7 @@ import yaml
 from generator.core.paths import CHART_DIR, ROOT
 from generator.core.schema import SCHEMA_PATH, load_schema
 from generator.generate import render_text
+from generator.gke import kueue_versions
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
 from generator.render import k8s_schema
 from generator.render.crd_schema import compiled
@@ -134,6 +136,7 @@ def targets() -> dict[Path, Callable[[], str]]:
             for gpu, p in PROFILES.items()
             if p.dranet
         }
+        | {CHART_DIR / "templates" / "_kueue_limits.tpl": kueue_versions.template}
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
         | {path: (lambda text=text: text) for path, text in compiled().items()}

@@ -19,9 +19,9 @@ from generator.core.option_specs import OptionSpec, canonical_argv, options_of
 from generator.gke import networks
 from generator.gke.locations import REGION, ZONE_SUFFIX
 from generator.gke.lustre import LUSTRE_THROUGHPUTS, LUSTRE_TIERS, sizes_text
-from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
+from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES, profile
 from generator.gke.provisioning import MODES, PROVISIONING
-from generator.infra.options import TOPOLOGY_MODES, InfraOptions
+from generator.infra.options import NETWORK_MODES, TOPOLOGY_MODES, InfraOptions
 from generator.infra.script import bring_up_script, teardown_script
 from generator.values.worker_groups import MAX_NODES, GroupSpec, parse_groups, worker_nodes
 
@@ -72,6 +72,12 @@ INFRA_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--cluster", f"GKE cluster name; default {D.cluster}"),
     OptionSpec("--network", f"the cluster's VPC (eth0) and Managed Lustre's, created when missing; default {D.network}"),
     OptionSpec("--network-prefix", "prefix of the VPC and subnet names (same as for the values file)"),
+    OptionSpec(
+        "--network-mode",
+        f"how the GPU nodes' RDMA NICs are attached: rdma (multi-networking, the gVNIC and RoCE VPCs) or dranet"
+        f" (GKE managed DRANET, Standard only); default {D.network_mode}",
+        choices=lambda: NETWORK_MODES,
+    ),
     OptionSpec("--lustre-capacity-gib", f"Managed Lustre capacity; default {D.lustre_capacity_gib}", type=int),
     OptionSpec(
         "--lustre-throughput", f"Managed Lustre MB/s per TiB; default {D.lustre_throughput}", type=int, choices=lambda: LUSTRE_THROUGHPUTS
@@ -125,6 +131,13 @@ def _check_location(o: InfraOptions) -> None:
         "--zone",
         f"{o.zone!r} is not a zone of region {o.region} (such as {o.region}-a)",
     )
+    if o.dranet:
+        _check(
+            o.mode == "standard",
+            "--network-mode",
+            "managed DRANET is for Standard clusters only: use --mode standard or --network-mode rdma",
+        )
+        _check(profile(o.gpu).dranet, "--network-mode", f"managed DRANET does not serve {o.gpu}: use --network-mode rdma")
     try:
         networks.check_prefix(o.network_prefix)
     except ValueError as e:

@@ -15,7 +15,7 @@ Sources:
 from __future__ import annotations
 
 from generator.gke.profiles import profile
-from generator.infra import kueue
+from generator.infra import dra, kueue
 from generator.infra.options import InfraOptions
 
 GKE_FEE = "USD 0.10 per hour (GKE's cluster management fee, https://cloud.google.com/kubernetes-engine/pricing)"
@@ -52,13 +52,25 @@ def plan_summary(o: InfraOptions) -> str:
     cluster = f"GKE {mode} cluster $CLUSTER in $REGION: {GKE_FEE}"
     if o.mode == "standard":
         cluster += f"; one {'$CPU_MACHINE_TYPE'} CPU node, price: {VM_PRICES}"
+    vpcs = "VPC $CLUSTER_VPC (MTU $LUSTRE_MTU, auto subnets) unless it exists"
+    if o.dranet:
+        vpcs += " (managed DRANET attaches the RDMA NICs: no VPC of its own): no charge of its own"
+    else:
+        vpcs += (
+            "; VPC $GVNIC_VPC with one subnet and a firewall rule;"
+            " VPC $RDMA_VPC (RoCE) with ${#RDMA_SUBNETS[@]} subnets: no charge of their own"
+        )
     items = [
         "the Compute Engine, GKE, Service Networking and Managed Lustre APIs",
-        "VPC $CLUSTER_VPC (MTU $LUSTRE_MTU, auto subnets) unless it exists; VPC $GVNIC_VPC with one subnet and a firewall rule;"
-        " VPC $RDMA_VPC (RoCE) with ${#RDMA_SUBNETS[@]} subnets: no charge of their own",
+        vpcs,
         cluster,
         *_gpu_lines(o),
         f"NCCL RDMA installer (gIB {o.gib_version}) and namespace $NAMESPACE (Pod Security enforce=privileged)",
+        *(
+            [f"NVIDIA DRA driver (Helm chart {dra.CHART_VERSION}) in namespace $DRA_NAMESPACE"]
+            if dra.needed(profile(o.gpu), o.mode)
+            else []
+        ),
         *([f"Kueue {kueue.VERSION}, its ClusterQueue $KUEUE_CLUSTER_QUEUE and LocalQueue $KUEUE_QUEUE"] if o.kueue else []),
         "private services access range $LUSTRE_RANGE on $CLUSTER_VPC and a firewall rule for Lustre (port 988)",
         f"Managed Lustre $LUSTRE_INSTANCE in $ZONE: $LUSTRE_CAPACITY_GIB GiB at $LUSTRE_THROUGHPUT MB/s per TiB,"

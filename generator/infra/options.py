@@ -19,6 +19,7 @@ GIB_VERSION = "v1.1.1"  # the gIB image both manifests run at RDMA_INSTALLER_COM
 GIB_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib"
 DEFAULT_GROUP = "gpu"
 TOPOLOGY_MODES = ("none", "preferred", "required")
+NETWORK_MODES = ("rdma", "dranet")  # the modes with RDMA NICs (networks.MODES but tcp)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class InfraOptions:
     cluster: str = "nemo-rl"
     network: str = networks.DEFAULT_NETWORK  # the cluster's VPC (eth0) and Managed Lustre's
     network_prefix: str = networks.DEFAULT_PREFIX
+    # How the GPU workers' RDMA NICs are attached: rdma (multi-networking: the gVNIC and RoCE VPCs,
+    # --additional-node-network) or dranet (GKE managed DRANET: --accelerator-network-profile=auto).
+    network_mode: str = "rdma"
     lustre_capacity_gib: int = 9000
     lustre_throughput: int = 1000
     namespace: str = "nemo-rl"
@@ -46,6 +50,10 @@ class InfraOptions:
     gib_version: str = GIB_VERSION
     values_out: str = "values-infra.yaml"
     dry_run: bool = False  # the script's default mode
+
+    @property
+    def dranet(self) -> bool:
+        return self.network_mode == "dranet"
 
     @property
     def preload_image(self) -> str:

@@ -19,6 +19,7 @@ import yaml
 
 from generator.gke.profiles import profile
 from generator.infra.kueue import TOPOLOGY_LEVELS
+from generator.infra.kueue import VERSION as KUEUE_VERSION
 from generator.infra.options import InfraOptions, reservation_name, reservation_project
 from generator.values.build import network_values
 
@@ -78,10 +79,14 @@ def values(o: InfraOptions) -> dict[str, Any]:
                 "capacity": f"{o.lustre_capacity_gib}Gi",
             }
         },
-        "network": {k: v for k, v in network_values(o.network_prefix, p.rdma_nics).items() if k in ("gvnic", "rdma")},
+        # Managed DRANET: GKE attached the NICs, no network of the script's to name.
+        "network": {"mode": "dranet"}
+        if o.dranet
+        else {k: v for k, v in network_values(o.network_prefix, p.rdma_nics).items() if k in ("gvnic", "rdma")},
     }
     if o.kueue:
-        out["kueue"] = {"enabled": True, "queueName": o.kueue_queue, "topology": topology_values(o)}
+        # kueue.version: the release installed, which decides how many worker groups Kueue admits.
+        out["kueue"] = {"enabled": True, "queueName": o.kueue_queue, "version": KUEUE_VERSION, "topology": topology_values(o)}
     return out
 
 

@@ -14,7 +14,7 @@ import shlex
 from generator.gke.profiles import profile
 from generator.infra.costs import plan_summary
 from generator.infra.options import InfraOptions
-from generator.infra.steps import TEARDOWN_SUMMARY, Step, bring_up_steps, teardown_steps, variables
+from generator.infra.steps import Step, bring_up_steps, teardown_steps, teardown_summary, variables
 
 HELPERS = {
     "show": """\
@@ -88,14 +88,14 @@ has_line() {  # has_line TEXT LINE: whether LINE is one of the lines of TEXT
 }
 """,
     "require_min_version": """\
-require_min_version() {  # require_min_version VERSION MINIMUM
+require_min_version() {  # require_min_version VERSION MINIMUM WHAT FIX: stop unless VERSION >= MINIMUM
   if [ "$DRY_RUN" = 1 ]; then
     return 0
   fi
-  [ -n "$1" ] || die "could not read the default GKE version of $REGION; set GKE_VERSION"
+  [ -n "$1" ] || die "could not read the GKE version of cluster $CLUSTER or the default of $REGION; set GKE_VERSION"
   local lowest
   lowest="$(printf '%s\\n%s\\n' "$1" "$2" | sort -V)"
-  [ "${lowest%%$'\\n'*}" = "$2" ] || die "GKE $1 is older than $2, the minimum for $MIN_GKE_FOR; set GKE_VERSION to a newer version"
+  [ "${lowest%%$'\\n'*}" = "$2" ] || die "$3 $2, the minimum for $MIN_GKE_FOR: $4"
 }
 """,
     "step": """\
@@ -222,6 +222,8 @@ def _script(o: InfraOptions, argv: str, steps: list[Step], teardown: bool, pream
     tools = [("gcloud", "install the Google Cloud CLI")]
     if not teardown:
         tools.append(("kubectl", "gcloud components install kubectl"))
+    if re.search(r"\brun helm\b", body):
+        tools.append(("helm", "install Helm: https://helm.sh/docs/intro/install/"))
     check_tools = (
         'if [ "$DRY_RUN" = 0 ]; then\n'
         + "".join(f'  command -v {t} >/dev/null 2>&1 || die "{t} is not on PATH ({hint})"\n' for t, hint in tools)
@@ -281,7 +283,7 @@ def teardown_script(o: InfraOptions, argv: str) -> str:
         'if [ "$DRY_RUN" = 0 ] && [ "$ASSUME_YES" = 0 ]; then\n'
         "  cat <<EOF\n"
         "This deletes, in project $PROJECT:\n"
-        f"{TEARDOWN_SUMMARY}"
+        f"{teardown_summary(o)}"
         "EOF\n"
         "  printf 'Delete all of this? Type yes to go on: '\n"
         "  answer=''\n"

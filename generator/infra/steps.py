@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from generator.gke import networks, versions
 from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
-from generator.infra import kueue, overlay
+from generator.infra import dra, kueue, overlay
 from generator.infra.options import (
     GIB_IMAGE,
     GIB_VERSION,
@@ -80,8 +80,7 @@ def installer_manifest_url(mode: str, commit: str = RDMA_INSTALLER_COMMIT, gpu: 
 
 
 def min_version(o: InfraOptions) -> versions.Floor:
-    flex = any(g.provisioning == "flex-start" for g in o.worker_groups)
-    return versions.highest(versions.floors(profile(o.gpu), flex))
+    return versions.highest(versions.floors(profile(o.gpu), _flex(o), o.network_mode))
 
 
 def variables(o: InfraOptions) -> list[tuple[str, str | tuple[str, ...]]]:
@@ -127,6 +126,11 @@ def variables(o: InfraOptions) -> list[tuple[str, str | tuple[str, ...]]]:
         ("LUSTRE_THROUGHPUT", str(o.lustre_throughput)),
         ("LUSTRE_RANGE", f"{o.cluster}-lustre-psa"),
         ("LUSTRE_FIREWALL", f"{o.cluster}-lustre"),
+        ("DRA_NAMESPACE", dra.NAMESPACE),
+        ("DRA_QUOTA", dra.QUOTA),
+        ("DRA_RELEASE", dra.RELEASE),
+        ("DRA_CHART", dra.CHART),
+        ("DRA_CHART_VERSION", dra.CHART_VERSION),
         ("VALUES_OUT", o.values_out),
         ("APIS", APIS),
     ]
@@ -220,28 +224,38 @@ done
 """
 
 CLUSTER_VERSION = """\
-  # The region's default GKE version, unless GKE_VERSION is set; it must not be older than the
-  # highest floor of what this cluster uses:
+# The GKE version must not be older than the highest floor of what this cluster uses:
 %(floors)s
+# An existing cluster's control plane version; for a new one GKE_VERSION, else the region's default.
+cluster_version=''
+if exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
+  query cluster_version EXISTING_GKE_VERSION gcloud container clusters describe "$CLUSTER" --project="$PROJECT" \\
+    --location="$REGION" --format='value(currentMasterVersion)'
+  require_min_version "$cluster_version" "$MIN_GKE_VERSION" "cluster $CLUSTER runs GKE $cluster_version, older than" \\
+    "upgrade it (gcloud container clusters upgrade) or delete it"
+else
   cluster_version="${GKE_VERSION:-}"
   if [ -z "$cluster_version" ]; then
     query cluster_version DEFAULT_GKE_VERSION gcloud container get-server-config --project="$PROJECT" \\
       --location="$REGION" --format='value(defaultClusterVersion)'
   fi
-  require_min_version "$cluster_version" "$MIN_GKE_VERSION"
+  require_min_version "$cluster_version" "$MIN_GKE_VERSION" "GKE $cluster_version is older than" \\
+    "set GKE_VERSION to a newer version"
+fi
+echo "    = GKE $cluster_version: not older than $MIN_GKE_VERSION ($MIN_GKE_FOR)"
 """
 
 LUSTRE_PORT_NOTE = """\
 # Lustre on its own port 988: from GKE 1.33.2-gke.4655000 the Lustre CSI driver needs neither the
 # instance's --gke-support-enabled nor the cluster's --enable-legacy-lustre-port, which GKE marks
-# deprecated; the version floor below keeps the cluster at or past that version.
+# deprecated; the GKE version floor step keeps the cluster at or past that version.
 """
 
 STANDARD_CLUSTER = """\
 # --addons replaces GKE's default add-on list, so the two defaults (HTTP load balancing, Horizontal
 # Pod Autoscaling) are named beside the Ray operator and the Lustre CSI driver.
 if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
-%(version)s  run gcloud container clusters create "$CLUSTER" \\
+  run gcloud container clusters create "$CLUSTER" \\
     --project="$PROJECT" \\
     --location="$REGION" \\
     --node-locations="$ZONE" \\
@@ -249,8 +263,7 @@ if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" -
     --network="$CLUSTER_VPC" \\
     --enable-dataplane-v2 \\
     --enable-ip-alias \\
-    --enable-multi-networking \\
-    --addons=HttpLoadBalancing,HorizontalPodAutoscaling,RayOperator,LustreCsiDriver \\
+%(multi)s    --addons=HttpLoadBalancing,HorizontalPodAutoscaling,RayOperator,LustreCsiDriver \\
     --workload-pool="$PROJECT.svc.id.goog" \\
     --machine-type="$CPU_MACHINE_TYPE" \\
     --num-nodes=1 \\
@@ -261,7 +274,7 @@ fi
 AUTOPILOT_CLUSTER = """\
 # Autopilot has Workload Identity and Dataplane V2 built in.
 if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
-%(version)s  run gcloud container clusters create-auto "$CLUSTER" \\
+  run gcloud container clusters create-auto "$CLUSTER" \\
     --project="$PROJECT" \\
     --location="$REGION" \\
     --cluster-version="$cluster_version" \\
@@ -340,6 +353,16 @@ def _q(value: str) -> str:
     return shlex.quote(value)
 
 
+def _nics_note(o: InfraOptions) -> str:
+    if o.dranet:
+        return (
+            "# Managed DRANET: GKE attaches the RDMA NICs (--accelerator-network-profile=auto) and publishes them\n"
+            "# for the workers' mrdma.google.com claims; no additional node networks.\n"
+        )
+    last = 1 + profile(o.gpu).rdma_nics
+    return f"# eth1 on the gVNIC VPC, eth2..eth{last} on the RoCE subnets: the same names as network.* in the values file.\n"
+
+
 def node_pool(o: InfraOptions, group: GroupSpec) -> str:
     rdma = networks.plan(o.network_prefix, profile(o.gpu).rdma_nics).rdma
     fill = {"nodes": str(group.replicas), "reservation": group.reservation}
@@ -350,8 +373,14 @@ def node_pool(o: InfraOptions, group: GroupSpec) -> str:
         '--node-locations="$ZONE"',
         '--machine-type="$MACHINE_TYPE"',
         '--accelerator="type=$ACCELERATOR,count=$GPUS_PER_NODE,gpu-driver-version=latest"',
-        '--additional-node-network="network=$GVNIC_VPC,subnetwork=$GVNIC_SUBNET"',
-        *(f'--additional-node-network="network=$RDMA_VPC,subnetwork=${{RDMA_SUBNETS[{i}]}}"' for i in range(len(rdma))),
+        *(
+            ["--accelerator-network-profile=auto"]
+            if o.dranet
+            else [
+                '--additional-node-network="network=$GVNIC_VPC,subnetwork=$GVNIC_SUBNET"',
+                *(f'--additional-node-network="network=$RDMA_VPC,subnetwork=${{RDMA_SUBNETS[{i}]}}"' for i in range(len(rdma))),
+            ]
+        ),
         *(_flag(f, fill) for f in PROVISIONING_FLAGS[group.provisioning]),
     ]
     if o.preload_image:
@@ -360,9 +389,10 @@ def node_pool(o: InfraOptions, group: GroupSpec) -> str:
     sizing = POOL_SIZING["reservation" if group.provisioning == "reservation" else "autoscaled"].format(nodes=group.replicas)
     pool = _q(o.pool_name(group))
     return (
-        f"# Worker group {group.name}: {group.provisioning}.\n" + sizing + "# eth1 on the gVNIC VPC, eth2..eth9 on the RoCE "
-        "subnets: the same names as network.* in the values file.\n"
-        f'if ! exists gcloud container node-pools describe {pool} --project="$PROJECT" --cluster="$CLUSTER" \\\n'
+        f"# Worker group {group.name}: {group.provisioning}.\n"
+        + sizing
+        + _nics_note(o)
+        + f'if ! exists gcloud container node-pools describe {pool} --project="$PROJECT" --cluster="$CLUSTER" \\\n'
         '    --location="$REGION"; then\n'
         f"  run gcloud container node-pools create {pool} \\\n"
         f"{lines}\n"
@@ -384,10 +414,19 @@ RDMA_INSTALLER = """\
 if ! exists kubectl get daemonset nccl-rdma-installer --namespace="$RDMA_INSTALLER_NAMESPACE"; then
   run kubectl apply -f "$RDMA_INSTALLER_URL"
 %(set_image)sfi
-# The GKE Network and GKENetworkParamSet objects (gvnic-1, rdma-0..rdma-7) are not created here:
+%(objects)s"""
+NETWORK_OBJECTS_NOTE = {
+    "rdma": """\
+# The GKE Network and GKENetworkParamSet objects (gvnic-1, rdma-0..rdma-%(last)d) are not created here:
 # the Helm chart renders them from network.* in the values file (network.createObjects), which
 # holds the same VPC and subnet names as this script. One owner keeps them from drifting.
-"""
+""",
+    # GKE's "Set up GKE managed DRANET": no Network or GKENetworkParamSet objects.
+    "dranet": """\
+# Managed DRANET needs no GKE Network objects: the chart's worker pods claim the NICs GKE publishes
+# (a ResourceClaimTemplate of device class mrdma.google.com, network.mode: dranet).
+""",
+}
 
 SET_GIB_IMAGE = """\
   # --gib-version: another gIB than the manifest's; its init container copies gIB to the node.
@@ -475,7 +514,9 @@ def generate_command(o: InfraOptions) -> str:
             argv += ["--reservation", reservation_name(o.reservation)]
             if (owner := reservation_project(o.reservation)) and owner != o.project:
                 argv += ["--reservation-project", owner]
-    if o.network_prefix != networks.DEFAULT_PREFIX:
+    if o.dranet:
+        argv += ["--network", "dranet"]
+    elif o.network_prefix != networks.DEFAULT_PREFIX:
         argv += ["--network-prefix", o.network_prefix]
     if o.kueue:
         argv += ["--kueue-queue", o.kueue_queue]
@@ -497,17 +538,24 @@ def _quota_step(o: InfraOptions) -> Step | None:
     return Step("GPU quota", QUOTA_CHECK % {"needs": needs, "calls": calls})
 
 
+def _version_step(o: InfraOptions) -> Step:
+    floors = "".join(f"#   {f.version}  {f.what} ({f.source})\n" for f in versions.floors(profile(o.gpu), _flex(o), o.network_mode))
+    return Step("GKE version floor", CLUSTER_VERSION % {"floors": floors.rstrip("\n")})
+
+
 def _cluster_step(o: InfraOptions) -> Step:
-    floors = "".join(f"  #   {f.version}  {f.what} ({f.source})\n" for f in versions.floors(profile(o.gpu), _flex(o)))
-    version = CLUSTER_VERSION % {"floors": floors.rstrip("\n")}
     if o.mode == "standard":
+        # Managed DRANET attaches the RDMA NICs itself: the cluster needs Dataplane V2 only, not
+        # multi-networking (GKE's "Set up GKE managed DRANET").
+        multi = "" if o.dranet else "    --enable-multi-networking \\\n"
+        what = "Dataplane V2 for managed DRANET" if o.dranet else "multi-networking"
         return Step(
-            "GKE Standard cluster (multi-networking, Ray operator, Lustre CSI driver)",
-            LUSTRE_PORT_NOTE + STANDARD_CLUSTER % {"version": version},
+            f"GKE Standard cluster ({what}, Ray operator, Lustre CSI driver)",
+            LUSTRE_PORT_NOTE + STANDARD_CLUSTER % {"multi": multi},
         )
     return Step(
         "GKE Autopilot cluster (multi-networking, Ray operator, Lustre CSI driver)",
-        LUSTRE_PORT_NOTE + AUTOPILOT_CLUSTER % {"version": version},
+        LUSTRE_PORT_NOTE + AUTOPILOT_CLUSTER,
     )
 
 
@@ -517,23 +565,29 @@ def _flex(o: InfraOptions) -> bool:
 
 def _installer_step(o: InfraOptions) -> Step:
     set_image = SET_GIB_IMAGE if o.gib_version != GIB_VERSION else ""
-    return Step("NCCL RDMA installer", RDMA_INSTALLER % {"pinned": GIB_VERSION, "set_image": set_image})
+    objects = NETWORK_OBJECTS_NOTE[o.network_mode] % {"last": profile(o.gpu).rdma_nics - 1}
+    return Step("NCCL RDMA installer", RDMA_INSTALLER % {"pinned": GIB_VERSION, "set_image": set_image, "objects": objects})
 
 
 def bring_up_steps(o: InfraOptions) -> list[Step]:
+    p = profile(o.gpu)
     steps = [Step("Enable the Google Cloud APIs", ENABLE_APIS)]
     if quota := _quota_step(o):
         steps.append(quota)
-    steps += [
-        Step("Cluster VPC (eth0, Managed Lustre)", CLUSTER_NETWORK),
-        Step("gVNIC VPC, subnet and firewall (eth1)", GVNIC_NETWORK % {"source": GVNIC_FIREWALL_SOURCE}),
-        Step("RoCE VPC and its RDMA subnets (eth2..eth9)", RDMA_NETWORK),
-        _cluster_step(o),
-        Step("Cluster credentials for kubectl", CREDENTIALS),
-    ]
+    steps.append(Step("Cluster VPC (eth0, Managed Lustre)", CLUSTER_NETWORK))
+    if not o.dranet:  # managed DRANET: GKE attaches the RDMA NICs, no VPC of ours
+        steps += [
+            Step("gVNIC VPC, subnet and firewall (eth1)", GVNIC_NETWORK % {"source": GVNIC_FIREWALL_SOURCE}),
+            Step(f"RoCE VPC and its RDMA subnets (eth2..eth{1 + p.rdma_nics})", RDMA_NETWORK),
+        ]
+    steps += [_version_step(o), _cluster_step(o), Step("Cluster credentials for kubectl", CREDENTIALS)]
     if o.mode == "standard":
         steps += [Step(f"GPU node pool {o.pool_name(g)}", node_pool(o, g)) for g in o.worker_groups]
-    steps += [_installer_step(o), Step("Namespace and its Pod Security level", NAMESPACE_STEP)]
+    steps.append(_installer_step(o))
+    if dra.needed(p, o.mode):
+        nodes = sum(g.replicas for g in o.worker_groups)
+        steps.append(Step(f"NVIDIA DRA driver {dra.CHART_VERSION} (ComputeDomain)", dra.install_step(p, nodes)))
+    steps.append(Step("Namespace and its Pod Security level", NAMESPACE_STEP))
     if o.kueue:
         steps += [Step("Kueue", kueue.INSTALL), Step("Kueue queues", kueue.config_step(o))]
     steps += [
@@ -669,16 +723,24 @@ TEARDOWN_CLUSTER_NETWORK = "# A VPC that existed before the bring-up (such as th
     DESCRIPTION,
 )
 
-TEARDOWN_SUMMARY = """\
+_TEARDOWN_SUMMARY = """\
   - Managed Lustre instance $LUSTRE_INSTANCE in $ZONE, with all its data
   - private services access range $LUSTRE_RANGE (and its peering if nothing else uses it), firewall rule $LUSTRE_FIREWALL
   - GKE cluster $CLUSTER in $REGION, with everything running in it
-  - VPC $RDMA_VPC and its ${#RDMA_SUBNETS[@]} subnets
-  - VPC $GVNIC_VPC, its subnet $GVNIC_SUBNET and firewall rule $GVNIC_FIREWALL
-  - VPC $CLUSTER_VPC
+%(vpcs)s  - VPC $CLUSTER_VPC
 Each only if this script created it (it carries the mark "$OWNER_MARK" or the label $OWNER_LABEL);
 anything else, such as a VPC that existed before, is kept.
 """
+
+
+TEARDOWN_VPCS = """\
+  - VPC $RDMA_VPC and its ${#RDMA_SUBNETS[@]} subnets
+  - VPC $GVNIC_VPC, its subnet $GVNIC_SUBNET and firewall rule $GVNIC_FIREWALL
+"""
+
+
+def teardown_summary(o: InfraOptions) -> str:
+    return _TEARDOWN_SUMMARY % {"vpcs": "" if o.dranet else TEARDOWN_VPCS}
 
 
 def teardown_steps(o: InfraOptions) -> list[Step]:
@@ -687,11 +749,16 @@ def teardown_steps(o: InfraOptions) -> list[Step]:
     )
     if o.kueue:
         inside += ", Kueue and its queues"
-    return [
+    if dra.needed(profile(o.gpu), o.mode):
+        inside += ", the NVIDIA DRA driver"
+    steps = [
         Step("Managed Lustre instance", TEARDOWN_LUSTRE),
         Step("Managed Lustre: private services access", TEARDOWN_LUSTRE_ACCESS),
         Step("GKE cluster", TEARDOWN_CLUSTER % {"inside": inside}),
-        Step("RoCE VPC and its RDMA subnets", TEARDOWN_RDMA_NETWORK),
-        Step("gVNIC VPC, subnet and firewall", TEARDOWN_GVNIC_NETWORK),
-        Step("Cluster VPC", TEARDOWN_CLUSTER_NETWORK),
     ]
+    if not o.dranet:
+        steps += [
+            Step("RoCE VPC and its RDMA subnets", TEARDOWN_RDMA_NETWORK),
+            Step("gVNIC VPC, subnet and firewall", TEARDOWN_GVNIC_NETWORK),
+        ]
+    return [*steps, Step("Cluster VPC", TEARDOWN_CLUSTER_NETWORK)]

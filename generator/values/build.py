@@ -285,6 +285,7 @@ def build(opts: Options) -> dict[str, Any]:
         "kueue": {
             "enabled": bool(opts.kueue_queue),
             "queueName": opts.kueue_queue,
+            "version": "",
             "topology": {"mode": "none", "level": "cloud.google.com/gce-topology-block"},
         },
         "logging": {"fluentBit": fluent_bit_values()},

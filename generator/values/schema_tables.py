@@ -14,6 +14,7 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from generator.gke import kueue_versions
 from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import MODES, PROVISIONING
 from generator.nemo_rl.releases import RELEASES
@@ -86,6 +87,28 @@ def release_descriptions(props: dict[str, Any]) -> None:
     )
 
 
+def kueue_schema(props: dict[str, Any]) -> None:
+    """`kueue.enabled` and `kueue.version`: the worker-group limits of the Kueue version table."""
+    limits = ", ".join(
+        [f"{kueue_versions.DEFAULT_LIMIT} up to 0.{kueue_versions.LIMITS[-1][0][1] - 1}"]
+        + [f"{limit} from {major}.{minor}" for (major, minor), limit in reversed(kueue_versions.LIMITS)]
+    )
+    props["enabled"]["description"] = (
+        "Queue the whole RayCluster in Kueue: it carries kueue.x-k8s.io/queue-name and waits for admission; autoscaling stays off"
+        " and the worker groups are limited by kueue.version."
+    )
+    props["version"] = {
+        "description": (
+            "The cluster's Kueue version (v0.18.2, 0.19): it decides how many worker groups a RayCluster may have under Kueue"
+            f" ({limits}); empty: {kueue_versions.DEFAULT_LIMIT}, which holds under every version. `python -m generator infra"
+            " --kueue` writes the version it installs; `doctor` compares it with the cluster's."
+        ),
+        "type": "string",
+        "pattern": kueue_versions.VERSION_PATTERN,
+        "maxLength": 20,
+    }
+
+
 def synced_schema_text(text: str) -> str:
     """The schema file's text with the parts that copy a Python table generated from it."""
     schema = json.loads(text)
@@ -96,4 +119,5 @@ def synced_schema_text(text: str) -> str:
     group = props["workerGroups"]["items"]["properties"]
     group["provisioning"]["enum"] = list(PROVISIONING)
     group["replicas"]["maximum"] = MAX_NODES
+    kueue_schema(props["kueue"]["properties"])
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

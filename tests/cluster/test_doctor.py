@@ -36,8 +36,8 @@ EXISTING_NETWORKS = ("network.createObjects=false",)
 TOO_BIG = ("worker.resources.requests.memory=3000Gi", "worker.resources.limits.memory=3240Gi")
 ACCESS_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 CHECKS = [
-    "api", "permissions", "kuberay-crd", "rdma-installer", "gke-networks", "gpu-nodes",
-    "storage", "token-secret", "kueue-queue", "pod-security", "quotas", "dry-run",
+    "api", "permissions", "kuberay-crd", "rdma-installer", "gke-networks", "gpu-nodes", "dra-driver",
+    "storage", "token-secret", "kueue-queue", "kueue-version", "pod-security", "quotas", "dry-run",
 ]  # fmt: skip
 
 
@@ -128,7 +128,7 @@ def test_a_healthy_cluster_passes_every_check_and_doctor_only_reads(bed, capsys,
     assert dry_run_lines(out) == [
         f"pass  dry-run: the API server's admission (webhooks, Pod Security, quotas, LimitRanges) accepts all {judged} objects and pods"
     ]
-    assert "doctor: ready: 12 passed, 0 failed, 0 warning(s)" in err
+    assert "doctor: ready: 14 passed, 0 failed, 0 warning(s)" in err
     only_reads(sent)
     assert ("POST", ACCESS_REVIEW, "") in sent
     dry_runs = [p for m, p, d in sent if (m, d) == ("POST", "All")]
@@ -177,7 +177,7 @@ def test_the_json_document_has_stable_keys(tutorial, capsys):
     assert rc == 0 and doc["ok"] is True
     assert list(doc) == ["ok", "server", "context", "namespace", "release", "values", "verdict", "counts", "checks"]
     assert doc["verdict"] == "ready"
-    assert doc["counts"] == {"pass": 12, "fail": 0, "warn": 0, "skip": 0}
+    assert doc["counts"] == {"pass": 14, "fail": 0, "warn": 0, "skip": 0}
     assert [c["name"] for c in doc["checks"]] == CHECKS
     assert list(doc["checks"][0]) == ["name", "status", "message", "fix"]
     assert (doc["server"], doc["context"], doc["namespace"], doc["release"], doc["values"]) == (

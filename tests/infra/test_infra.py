@@ -24,6 +24,7 @@ import yaml
 
 from generator import cli
 from generator.gke.profiles import PROFILES, profile
+from generator.infra import kueue
 from generator.render.manifests import parse_documents
 from generator.values.build import Options, build
 
@@ -54,6 +55,10 @@ GOLDEN_CASES = {
     # the scale-out example's groups, with Kueue and topology-aware placement
     "h200-standard-scale-out": ["--gpu", "h200", *SCALE_OUT],
     "h200-standard-scale-out-teardown": ["--gpu", "h200", *SCALE_OUT, "--teardown"],
+    # A4X: the 4-NIC RoCE VPC, the arm64 gIB installer and NVIDIA's DRA driver for the ComputeDomain
+    "gb200-standard": ["--gpu", "gb200"],
+    # GKE managed DRANET: Dataplane V2, --accelerator-network-profile=auto, no VPC of the NICs' own
+    "h200-standard-dranet": ["--gpu", "h200", "--network-mode", "dranet"],
 }
 VARIANTS = {
     **GOLDEN_CASES,
@@ -67,6 +72,8 @@ VARIANTS = {
     "team-network-teardown": ["--gpu", "h200", "--network", "team-net", "--teardown"],
     "other-gib": ["--gpu", "h200", "--gib-version", "v1.2.0", "--rdma-installer-commit", "155bfa49b7459a55c2352495d3eeb46a55637be6"],
     "flex-start-groups": ["--gpu", "h200", "--groups", "a=1:flex-start,b=1:on-demand"],
+    "h200-standard-dranet-teardown": ["--gpu", "h200", "--network-mode", "dranet", "--teardown"],
+    "gb200-standard-dranet-kueue": ["--gpu", "gb200", "--network-mode", "dranet", "--kueue", "--nodes", "3"],
 }
 
 
@@ -790,6 +797,7 @@ BAD_INPUTS = [
     (["--rdma-installer-commit", "master"], "--rdma-installer-commit"),
     (["--values-out", "../x.yaml"], "--values-out"),
     (["--values-out", "values.json"], "--values-out"),
+    (["--mode", "autopilot", "--network-mode", "dranet"], "--network-mode"),  # managed DRANET: Standard only
 ]
 
 
@@ -808,7 +816,14 @@ def test_bad_input_exits_1_with_one_line_naming_the_option_and_writes_nothing(tm
 
 @pytest.mark.parametrize(
     "extra",
-    [["--gpu", "a100"], ["--nodes", "many"], ["--lustre-throughput", "300"], ["--mode", "serverless"], ["--provisioning", "cheap"]],
+    [
+        ["--gpu", "a100"],
+        ["--nodes", "many"],
+        ["--lustre-throughput", "300"],
+        ["--mode", "serverless"],
+        ["--provisioning", "cheap"],
+        ["--network-mode", "tcp"],
+    ],
 )
 def test_usage_errors_exit_2_on_one_line(tmp_path, capsys, extra):
     with pytest.raises(SystemExit) as e:
@@ -1024,3 +1039,127 @@ def test_a_larger_cluster_is_pointed_at_its_own_generated_values(tmp_path):
     assert "examples/quickstart" not in text
     assert "python -m generator --gpu h200 --nodes 2 --provisioning spot" in text
     assert "helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f values-h200.yaml -f $VALUES_OUT" in text
+
+
+# --- A4X: NVIDIA's DRA driver; managed DRANET; the GKE version floor --------------------------------
+
+DRANET_GKE = {"FAKE_GKE_VERSION": "1.34.1-gke.1829001"}  # the managed DRANET floor itself
+
+
+def _helm_install(run: Run) -> dict[str, Any]:
+    [call] = [c for c in run.calls if signature(c).startswith("helm install ")]
+    assert call["rc"] == 0
+    return call
+
+
+def test_gb200_gets_four_rdma_subnets_the_arm64_installer_and_the_dra_driver_with_gkes_values(scripts, cloud):
+    run = cloud.run(scripts["gb200-standard"])
+    assert run.rc == 0, run.stderr
+    subnets = [m for m in run.mutations if m.startswith("gcloud compute networks subnets create nemo-rl-rdma-sub-")]
+    assert subnets == [f"gcloud compute networks subnets create nemo-rl-rdma-sub-{i}" for i in range(4)]
+    pool_call = next(c for c in run.calls if signature(c) == "gcloud container node-pools create gpu-gb200")
+    assert flags(pool_call)["accelerator"] == "type=nvidia-gb200,count=4,gpu-driver-version=latest"
+    assert len(all_flags(pool_call, "additional-node-network")) == 1 + 4
+    installer = next(c for c in run.calls if signature(c) == "kubectl apply" and flags(c)["-f"] != "-")
+    assert flags(installer)["-f"].endswith("/gpudirect-rdma/nccl-rdma-installer-a4x.yaml")
+
+    # the driver's namespace, GKE's quota for its critical pods (2 per GPU node + 1), then the chart
+    order = run.mutations
+    quota_at = order.index("kubectl apply", order.index("kubectl create namespace nvidia-dra-driver-gpu"))
+    [quota_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "stdin" in c and "ResourceQuota" in c["stdin"]]
+    quota = yaml.safe_load(quota_call["stdin"])
+    assert quota["metadata"] == {"name": "nvidia-dra-driver-gpu-quota", "namespace": "nvidia-dra-driver-gpu"}
+    assert quota["spec"]["hard"] == {"pods": "5"}  # 2 nodes
+    assert quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == ["system-node-critical", "system-cluster-critical"]
+    helm_call = _helm_install(run)
+    words, _ = fake_cloud.parse(helm_call["argv"])
+    assert words == ["install", "dra-driver-nvidia-gpu", "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"]
+    assert flags(helm_call)["version"] == "0.4.1" and flags(helm_call)["namespace"] == "nvidia-dra-driver-gpu"
+    assert quota_at < order.index("helm install dra-driver-nvidia-gpu oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu")
+    assert order.index("gcloud container node-pools create gpu-gb200") < quota_at
+    values = yaml.safe_load(helm_call["stdin"])
+    assert values["nvidiaDriverRoot"] == "/home/kubernetes/bin/nvidia"
+    assert values["resources"] == {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}}
+    [term] = values["kubeletPlugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {e["key"]: e["values"] for e in term["matchExpressions"]} == {
+        "cloud.google.com/gke-accelerator": ["nvidia-gb200"],
+        "kubernetes.io/arch": ["arm64"],
+    }
+    taints = {(t["key"], t.get("value"), t["effect"]) for t in values["kubeletPlugin"]["tolerations"]}
+    assert taints == {("nvidia.com/gpu", "present", "NoSchedule"), ("kubernetes.io/arch", "arm64", "NoSchedule")}
+
+    again = cloud.run(scripts["gb200-standard"])
+    assert again.rc == 0 and again.mutations == []  # the release is found with helm status
+
+
+def test_only_machines_with_a_compute_domain_get_the_dra_driver(scripts):
+    for name in ("h200-standard", "b200-standard", "h200-standard-dranet", "b200-autopilot"):
+        text = scripts[name].read_text()
+        assert "run helm" not in text and "command -v helm" not in text and "DRA_" not in text, name
+    assert "command -v helm" in scripts["gb200-standard"].read_text()  # the tool is checked before any step
+
+
+def test_dranet_creates_no_nic_vpcs_and_attaches_the_nics_through_the_accelerator_network_profile(scripts, cloud, helms, capsys):
+    run = cloud.run(scripts["h200-standard-dranet"], env=DRANET_GKE)
+    assert run.rc == 0, run.stderr
+    assert not [m for m in run.mutations if m.startswith(("gcloud compute networks create", "gcloud compute networks subnets create"))]
+    assert not [m for m in run.mutations if "gvnic" in m]
+    cluster = run.call("gcloud container clusters create nemo-rl")
+    assert "enable-dataplane-v2" in cluster and "enable-multi-networking" not in cluster
+    assert cluster["cluster-version"] == "1.34.1-gke.1829001"
+    pool_call = next(c for c in run.calls if signature(c) == "gcloud container node-pools create gpu-h200")
+    assert flags(pool_call)["accelerator-network-profile"] == "auto"
+    assert all_flags(pool_call, "additional-node-network") == []
+    overlay = yaml.safe_load((cloud.root / "values-infra.yaml").read_text())
+    assert overlay["network"] == {"mode": "dranet"}
+    assert "--network dranet" in run.stdout
+    # the values file printed with it, with the overlay, validates and renders with both Helm majors
+    for objs in _follow_printed_steps(run, cloud.root, helms):
+        templates = [o for o in objs if o["kind"] == "ResourceClaimTemplate"]
+        assert any(t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "mrdma.google.com" for t in templates)
+        assert not [o for o in objs if o["kind"] in ("Network", "GKENetworkParamSet")]
+    assert "valid: 1 file(s), 0 error(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version", ["1.33.5-gke.1080000", "1.34.1-gke.1829000"])
+def test_dranet_below_its_gke_floor_stops_before_the_cluster(scripts, cloud, version):
+    run = cloud.run(scripts["h200-standard-dranet"], env={"FAKE_GKE_VERSION": version})
+    assert run.rc == 1
+    assert f"GKE {version} is older than 1.34.1-gke.1829001, the minimum for managed DRANET" in run.stderr
+    assert "stopped in step 4/12, GKE version floor" in run.stderr
+    assert not any("clusters create" in m for m in run.mutations)
+    assert "1.34.1-gke.1829001  managed DRANET" in scripts["h200-standard-dranet"].read_text()
+
+
+def test_an_existing_cluster_below_the_floor_stops_before_its_node_pools(scripts, cloud):
+    cloud.seed({"container/clusters/nemo-rl": {"cluster-version": "1.33.5-gke.1080000", "labels": "nemo-rl-gke-infra=nemo-rl"}})
+    run = cloud.run(scripts["h200-standard-dranet"], env=DRANET_GKE)  # the default for a new cluster would do
+    assert run.rc == 1
+    assert "cluster nemo-rl runs GKE 1.33.5-gke.1080000, older than 1.34.1-gke.1829001, the minimum for managed DRANET" in run.stderr
+    assert not any("node-pools create" in m or "clusters create" in m for m in run.mutations)
+    cloud.seed({"container/clusters/nemo-rl": {"cluster-version": "1.34.2-gke.1000", "labels": "nemo-rl-gke-infra=nemo-rl"}})
+    newer = cloud.run(scripts["h200-standard-dranet"])
+    assert newer.rc == 0, newer.stderr
+    assert "gcloud container node-pools create gpu-h200" in newer.mutations
+    assert "= GKE 1.34.2-gke.1000: not older than 1.34.1-gke.1829001" in newer.stdout
+
+
+def test_dranet_teardown_deletes_no_nic_vpc(scripts, cloud):
+    assert cloud.run(scripts["h200-standard-dranet"], env=DRANET_GKE).rc == 0
+    down = cloud.run(scripts["h200-standard-dranet-teardown"], "--yes")
+    assert down.rc == 0, down.stderr
+    assert down.mutations == [d for d in EXPECTED_DELETES if "rdma" not in d and "gvnic" not in d]
+    assert "$RDMA_VPC" not in scripts["h200-standard-dranet-teardown"].read_text()
+
+
+def test_gb200_with_dranet_and_kueue_writes_the_kueue_version_and_sizes_the_driver_quota(scripts, cloud):
+    run = cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    assert run.rc == 0, run.stderr
+    overlay = yaml.safe_load((cloud.root / "values-infra.yaml").read_text())
+    assert overlay["kueue"]["version"] == kueue.VERSION  # the release the script installed
+    assert overlay["network"] == {"mode": "dranet"}
+    pool_call = next(c for c in run.calls if signature(c) == "gcloud container node-pools create gpu-gb200")
+    assert flags(pool_call)["accelerator-network-profile"] == "auto"
+    [quota_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "ResourceQuota" in c.get("stdin", "")]
+    assert yaml.safe_load(quota_call["stdin"])["spec"]["hard"] == {"pods": "7"}  # 3 nodes
+    assert _helm_install(run)["rc"] == 0

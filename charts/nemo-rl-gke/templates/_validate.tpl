@@ -19,8 +19,9 @@ formats before any template runs). Included once, by raycluster.yaml, which ever
 {{- end -}}
 {{- $_ := set $names .name true -}}
 {{- end -}}
-{{- if and .Values.kueue.enabled (gt (len .Values.workerGroups) 7) -}}
-{{- fail (printf "kueue: a Kueue workload holds at most 8 pod sets (head + 7 worker groups); %d worker groups given" (len .Values.workerGroups)) -}}
+{{- $maxGroups := include "nemo-rl-gke.kueueMaxWorkerGroups" . | atoi -}}
+{{- if and .Values.kueue.enabled (gt (len .Values.workerGroups) $maxGroups) -}}
+{{- fail (printf "kueue: under Kueue %s a RayCluster holds the head + at most %d worker groups; %d given: merge groups, or set kueue.version to the cluster's newer Kueue" (.Values.kueue.version | default "(kueue.version not set)") $maxGroups (len .Values.workerGroups)) -}}
 {{- end -}}
 {{- if eq .Values.secrets.source "files" -}}
 {{- $files := .Values.secrets.fromFiles | default dict -}}

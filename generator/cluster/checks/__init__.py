@@ -11,7 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from generator.cluster.checks import access, dry_run, kuberay, kueue, networking, nodes, pod_security, quotas, storage, tokens
+from generator.cluster.checks import (
+    access,
+    dra,
+    dry_run,
+    kuberay,
+    kueue,
+    kueue_version,
+    networking,
+    nodes,
+    pod_security,
+    quotas,
+    storage,
+    tokens,
+)
 from generator.cluster.checks.context import Context
 from generator.cluster.kube import ApiError, Forbidden
 from generator.cluster.report import SKIP, Result, skipped
@@ -23,9 +36,11 @@ CHECKS: tuple[tuple[str, Callable[[Context], Result | list[Result]]], ...] = (
     ("rdma-installer", networking.installer),
     ("gke-networks", networking.networks),
     ("gpu-nodes", nodes.check),
+    ("dra-driver", dra.check),
     ("storage", storage.check),
     ("token-secret", tokens.check),
     ("kueue-queue", kueue.check),
+    ("kueue-version", kueue_version.check),
     ("pod-security", pod_security.check),
     ("quotas", quotas.check),
     ("dry-run", dry_run.check),

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from generator.core.names import RAYCLUSTER_MAX, RAYCLUSTER_NAME
+from generator.gke import kueue_versions
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
-
-KUEUE_MAX_GROUPS = 7
 
 
 def check(ctx: Context) -> Iterator[Finding]:
@@ -46,11 +45,18 @@ def check(ctx: Context) -> Iterator[Finding]:
     if kueue.get("enabled"):
         if not kueue.get("queueName"):
             yield error("kueue.queueName", "Kueue is enabled but no LocalQueue is named", "set the LocalQueue's name")
-        if len(v["workerGroups"]) > KUEUE_MAX_GROUPS:
+        version = kueue.get("version", "")
+        try:
+            limit = kueue_versions.max_worker_groups(version)
+        except ValueError as e:
+            yield error("kueue.version", str(e), "write the cluster's Kueue version, such as v0.18.2, or leave it empty")
+            return
+        if len(v["workerGroups"]) > limit:
+            under = f"Kueue {version}" if version else f"Kueue with kueue.version not set (the lowest limit, {limit})"
             yield error(
                 "workerGroups",
-                f"{len(v['workerGroups'])} worker groups; a Kueue workload holds the head + at most {KUEUE_MAX_GROUPS} groups",
-                "merge groups or disable Kueue",
+                f"{len(v['workerGroups'])} worker groups; under {under} a RayCluster holds the head + at most {limit} groups",
+                "merge groups, disable Kueue, or set kueue.version to the cluster's newer Kueue",
             )
     elif kueue.get("queueName"):
         yield error(

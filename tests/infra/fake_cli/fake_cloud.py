@@ -1,6 +1,6 @@
-"""Stand-in for `gcloud` and `kubectl` in the infra script tests (stdlib only).
+"""Stand-in for `gcloud`, `kubectl` and `helm` in the infra script tests (stdlib only).
 
-Called as `fake_cloud.py gcloud|kubectl ARGS...` by the wrappers beside it. It keeps a small
+Called as `fake_cloud.py gcloud|kubectl|helm ARGS...` by the wrappers beside it. It keeps a small
 model of a Google Cloud project in a JSON file ($FAKE_STATE): a resource exists once a create
 made it, so a `describe`/`get` answers "not found" (exit 1) before the first run's create and
 "found" afterwards. Creates of something that exists, deletes of something missing and
@@ -15,6 +15,9 @@ The script under test passes flags as --name=value; -f, -n and -o take the next 
 check). `compute regions describe --filter=quotas.metric=M` answers the GPU quota from
 $FAKE_GPU_QUOTA ("LIMIT USAGE"; "none": the metric is not shown; unset: 512 free). `kubectl apply
 -f -` reads the manifests from stdin, logged as "stdin", and records each object by kind and name.
+`helm status|install RELEASE ... --namespace=NS` answer from and record a release (installed into
+an existing namespace only, after get-credentials); `--values=-` is read from stdin and logged.
+`clusters describe --format=value(currentMasterVersion)` answers the version the cluster was created with.
 Only built-in modules are imported (the state file is `marshal`ed): a run of the bring-up
 script makes ~50 calls, and each one starts a Python interpreter.
 """
@@ -28,6 +31,7 @@ import sys
 MUTATING = {"create", "create-auto", "delete", "enable", "connect", "update", "apply"}
 VERBS = MUTATING | {"describe", "list", "get", "get-credentials", "get-server-config"}
 KUBECTL_MUTATING = {"create", "apply", "delete", "label", "set"}
+HELM_MUTATING = {"install", "upgrade", "uninstall"}
 DEFAULT_NETWORK = {"subnet-mode": "auto", "mtu": "1460"}  # a project's default VPC (made by Google, no mark)
 PROJECT_NUMBER = "123456789012"
 LUSTRE_MOUNT_POINT = "10.90.0.5@tcp:/lfs"
@@ -142,6 +146,8 @@ class Cloud:
             want = fmt.split(".", 1)[1][:-1]
             labels = dict(kv.split("=", 1) for kv in stored.get("labels", "").split(",") if kv)
             return labels.get(want, "") + "\n"
+        if fmt == "value(currentMasterVersion)":
+            return stored.get("cluster-version", "") + "\n"
         if kind == "lustre/instances":
             return LUSTRE_MOUNT_POINT + "\n" if fmt == "value(mountPoint)" else f"mountPoint: {LUSTRE_MOUNT_POINT}\nstate: ACTIVE\n"
         if kind == "compute/addresses" and fmt.startswith("value[separator=/]"):
@@ -260,6 +266,26 @@ class Cloud:
             return ""
         raise Fail(f"fake kubectl: unsupported command {' '.join(words)}")
 
+    # --- helm ---------------------------------------------------------------------------------
+    def helm(self, words: list[str], flags: list[tuple[str, str]], stdin: str = "") -> str:
+        cluster = self.state.get("kubeconfig")
+        if not cluster or f"container/clusters/{cluster}" not in self.res:
+            raise Fail("Error: Kubernetes cluster unreachable")
+        ns = flag(flags, "namespace") or "default"
+        verb, release = words[0], words[1]
+        key = f"k8s/{ns}/helmrelease/{release}"
+        if verb == "status":
+            self.need(key, "release")
+            return f"NAME: {release}\nSTATUS: deployed\n"
+        if verb == "install":
+            if key in self.res:
+                raise Fail("Error: INSTALLATION FAILED: cannot re-use a name that is still in use")
+            if f"k8s/namespace/{ns}" not in self.res:
+                raise Fail(f'Error: INSTALLATION FAILED: create: failed to create: namespaces "{ns}" not found')
+            self.res[key] = {"chart": words[2], "version": flag(flags, "version"), "values": stdin}
+            return ""
+        raise Fail(f"fake helm: unsupported command {' '.join(words)}")
+
     @staticmethod
     def key(kind: str, name: str, ns: str) -> str:
         if kind in ("namespace", "clusterqueue", "resourceflavor", "topology"):
@@ -296,9 +322,10 @@ def main(argv: list[str]) -> int:
     tool, args = argv[0], argv[1:]
     state_path, log_path = os.environ["FAKE_STATE"], os.environ["FAKE_LOG"]
     words, flags = parse(args)
-    mutating = bool(set(words) & MUTATING) if tool == "gcloud" else bool(words) and words[0] in KUBECTL_MUTATING
+    verbs = {"kubectl": KUBECTL_MUTATING, "helm": HELM_MUTATING}
+    mutating = bool(set(words) & MUTATING) if tool == "gcloud" else bool(words) and words[0] in verbs[tool]
     entry = {"tool": tool, "argv": args, "mutating": mutating, "rc": 0}
-    stdin = sys.stdin.read() if tool == "kubectl" and ("-f", "-") in flags else ""
+    stdin = sys.stdin.read() if ("-f", "-") in flags or ("values", "-") in flags else ""
     if stdin:
         entry["stdin"] = stdin
     try:
@@ -315,7 +342,13 @@ def main(argv: list[str]) -> int:
         entry["rc"], err = 1, f"ERROR: ({tool}) injected failure at mutating call {fail_at}\n"
     else:
         try:
-            out = Cloud(state).gcloud(words, flags) if tool == "gcloud" else Cloud(state).kubectl(words, flags, stdin)
+            cloud = Cloud(state)
+            if tool == "gcloud":
+                out = cloud.gcloud(words, flags)
+            elif tool == "helm":
+                out = cloud.helm(words, flags, stdin)
+            else:
+                out = cloud.kubectl(words, flags, stdin)
         except Fail as e:
             entry["rc"], err = 1, f"{e}\n"
     with open(state_path, "wb") as f:

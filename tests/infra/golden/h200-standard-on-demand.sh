@@ -67,7 +67,7 @@ APIS=(
 DRY_RUN=0
 DRY_RUN_ASSUMES=missing
 ASSUME_YES=0
-STEPS=13
+STEPS=14
 CURRENT_STEP=''
 
 # --- helpers ---
@@ -134,14 +134,14 @@ has_line() {  # has_line TEXT LINE: whether LINE is one of the lines of TEXT
   return 1
 }
 
-require_min_version() {  # require_min_version VERSION MINIMUM
+require_min_version() {  # require_min_version VERSION MINIMUM WHAT FIX: stop unless VERSION >= MINIMUM
   if [ "$DRY_RUN" = 1 ]; then
     return 0
   fi
-  [ -n "$1" ] || die "could not read the default GKE version of $REGION; set GKE_VERSION"
+  [ -n "$1" ] || die "could not read the GKE version of cluster $CLUSTER or the default of $REGION; set GKE_VERSION"
   local lowest
   lowest="$(printf '%s\n%s\n' "$1" "$2" | sort -V)"
-  [ "${lowest%%$'\n'*}" = "$2" ] || die "GKE $1 is older than $2, the minimum for $MIN_GKE_FOR; set GKE_VERSION to a newer version"
+  [ "${lowest%%$'\n'*}" = "$2" ] || die "$3 $2, the minimum for $MIN_GKE_FOR: $4"
 }
 
 step() {  # step N TITLE
@@ -285,24 +285,36 @@ for i in "${!RDMA_SUBNETS[@]}"; do
   fi
 done
 
-step 6 'GKE Standard cluster (multi-networking, Ray operator, Lustre CSI driver)'
-# Lustre on its own port 988: from GKE 1.33.2-gke.4655000 the Lustre CSI driver needs neither the
-# instance's --gke-support-enabled nor the cluster's --enable-legacy-lustre-port, which GKE marks
-# deprecated; the version floor below keeps the cluster at or past that version.
-# --addons replaces GKE's default add-on list, so the two defaults (HTTP load balancing, Horizontal
-# Pod Autoscaling) are named beside the Ray operator and the Lustre CSI driver.
-if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
-  # The region's default GKE version, unless GKE_VERSION is set; it must not be older than the
-  # highest floor of what this cluster uses:
-  #   1.31.7-gke.1265000  a3-ultragpu-8g with GPUDirect RDMA (generator/gke/profiles.py)
-  #   1.33.2-gke.1111000  the Managed Lustre CSI driver (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/managed-lustre)
-  #   1.33.2-gke.4655000  Lustre on port 988 without the deprecated legacy port (https://docs.cloud.google.com/python/docs/reference/container/latest/google.cloud.container_v1.types.LustreCsiDriverConfig)
+step 6 'GKE version floor'
+# The GKE version must not be older than the highest floor of what this cluster uses:
+#   1.31.7-gke.1265000  a3-ultragpu-8g with GPUDirect RDMA (generator/gke/profiles.py)
+#   1.33.2-gke.1111000  the Managed Lustre CSI driver (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/managed-lustre)
+#   1.33.2-gke.4655000  Lustre on port 988 without the deprecated legacy port (https://docs.cloud.google.com/python/docs/reference/container/latest/google.cloud.container_v1.types.LustreCsiDriverConfig)
+# An existing cluster's control plane version; for a new one GKE_VERSION, else the region's default.
+cluster_version=''
+if exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
+  query cluster_version EXISTING_GKE_VERSION gcloud container clusters describe "$CLUSTER" --project="$PROJECT" \
+    --location="$REGION" --format='value(currentMasterVersion)'
+  require_min_version "$cluster_version" "$MIN_GKE_VERSION" "cluster $CLUSTER runs GKE $cluster_version, older than" \
+    "upgrade it (gcloud container clusters upgrade) or delete it"
+else
   cluster_version="${GKE_VERSION:-}"
   if [ -z "$cluster_version" ]; then
     query cluster_version DEFAULT_GKE_VERSION gcloud container get-server-config --project="$PROJECT" \
       --location="$REGION" --format='value(defaultClusterVersion)'
   fi
-  require_min_version "$cluster_version" "$MIN_GKE_VERSION"
+  require_min_version "$cluster_version" "$MIN_GKE_VERSION" "GKE $cluster_version is older than" \
+    "set GKE_VERSION to a newer version"
+fi
+echo "    = GKE $cluster_version: not older than $MIN_GKE_VERSION ($MIN_GKE_FOR)"
+
+step 7 'GKE Standard cluster (multi-networking, Ray operator, Lustre CSI driver)'
+# Lustre on its own port 988: from GKE 1.33.2-gke.4655000 the Lustre CSI driver needs neither the
+# instance's --gke-support-enabled nor the cluster's --enable-legacy-lustre-port, which GKE marks
+# deprecated; the GKE version floor step keeps the cluster at or past that version.
+# --addons replaces GKE's default add-on list, so the two defaults (HTTP load balancing, Horizontal
+# Pod Autoscaling) are named beside the Ray operator and the Lustre CSI driver.
+if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" --location="$REGION"; then
   run gcloud container clusters create "$CLUSTER" \
     --project="$PROJECT" \
     --location="$REGION" \
@@ -319,10 +331,10 @@ if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" -
     --labels="$OWNER_LABEL"
 fi
 
-step 7 'Cluster credentials for kubectl'
+step 8 'Cluster credentials for kubectl'
 run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --location="$REGION"
 
-step 8 'GPU node pool gpu-h200'
+step 9 'GPU node pool gpu-h200'
 # Worker group gpu: on-demand.
 # Autoscaled from 0 to 2 nodes: the cluster autoscaler adds GPU nodes when the chart's worker
 # pods cannot be scheduled and removes a node after it has been unneeded for about 10 minutes, so no
@@ -356,7 +368,7 @@ if ! exists gcloud container node-pools describe gpu-h200 --project="$PROJECT" -
     --location-policy=ANY
 fi
 
-step 9 'NCCL RDMA installer'
+step 10 'NCCL RDMA installer'
 # Google's NCCL RDMA installer DaemonSet (gIB into /home/kubernetes/bin/gib on GPU nodes), from
 # GoogleCloudPlatform/container-engine-accelerators at a pinned commit (--rdma-installer-commit),
 # never from a moving branch: at the default commit it runs gIB v1.1.1.
@@ -367,7 +379,7 @@ fi
 # the Helm chart renders them from network.* in the values file (network.createObjects), which
 # holds the same VPC and subnet names as this script. One owner keeps them from drifting.
 
-step 10 'Namespace and its Pod Security level'
+step 11 'Namespace and its Pod Security level'
 # The release's namespace, at the Pod Security level the chart needs: the GPU workers mount the
 # NVIDIA driver and gIB from the node (hostPath), which the baseline level forbids, so enforce
 # privileged; warn and audit at baseline report just those two volumes.
@@ -383,7 +395,7 @@ else
   echo "    = $NAMESPACE enforces the privileged Pod Security level"
 fi
 
-step 11 'Managed Lustre: private services access'
+step 12 'Managed Lustre: private services access'
 # Private services access on the cluster's VPC: Managed Lustre takes its addresses from this range.
 if ! exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
   run gcloud compute addresses create "$LUSTRE_RANGE" --global --project="$PROJECT" --purpose=VPC_PEERING \
@@ -410,7 +422,7 @@ else
     --service=servicenetworking.googleapis.com --ranges="${ranges//$'\n'/,},$LUSTRE_RANGE"
 fi
 
-step 12 'Managed Lustre instance'
+step 13 'Managed Lustre instance'
 # In the GPU nodes' zone, on the cluster's VPC, on Lustre's own port (no --gke-support-enabled).
 if ! exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"; then
   run gcloud lustre instances create "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" \
@@ -419,7 +431,7 @@ if ! exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJ
     --filesystem="$LUSTRE_FS" --description="$OWNER_MARK" --labels="$OWNER_LABEL"
 fi
 
-step 13 'Values overlay for the chart'
+step 14 'Values overlay for the chart'
 mount_point=''
 query mount_point "LUSTRE_IP@tcp:/$LUSTRE_FS" gcloud lustre instances describe "$LUSTRE_INSTANCE" \
   --project="$PROJECT" --location="$ZONE" --format='value(mountPoint)'
