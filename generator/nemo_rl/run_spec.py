@@ -203,14 +203,18 @@ def per_rank_multiple(preset: ModelPreset) -> int:
     return preset.train_micro_batch_size if preset.batching == PLAIN else 1
 
 
-def _batch(samples: int, dp: int, preset: ModelPreset, target: int | None = None) -> int:
-    """The largest global batch <= `target` (the recipe's; one per-rank multiple per rank, if that
-    is more) that divides the samples per step and splits evenly into the ranks (PLAIN above)."""
+def _batch(samples: int, dp: int, preset: ModelPreset) -> int:
+    """The largest global batch that divides the samples per step and splits evenly into the ranks
+    (PLAIN above), up to the recipe's batch, or more when the samples allow as few optimizer updates
+    per step as the preset makes (its samples / its batch), or one per-rank multiple per rank."""
     multiple = per_rank_multiple(preset)
-    cap = max(target or preset.train_global_batch_size, dp * multiple)
-    for gbs in range(min(samples, cap), 0, -1):
-        if samples % gbs == 0 and gbs % dp == 0 and (gbs // dp) % multiple == 0:
-            return gbs
+    preset_updates = max(1, preset.prompts_per_step * preset.generations_per_prompt // preset.train_global_batch_size)
+    cap = max(preset.train_global_batch_size, samples // preset_updates, dp * multiple)
+    unit = dp * multiple  # gbs % dp == 0 and (gbs // dp) % multiple == 0: a multiple of this
+    if samples % unit == 0:
+        for k in range(min(samples, cap) // unit, 0, -1):
+            if samples % (k * unit) == 0:
+                return k * unit
     raise SpecError(
         f"{samples} samples per step cannot be split into {dp} data-parallel ranks{_of_micro(preset)}; "
         "change --prompts-per-step or the node split"
@@ -311,14 +315,10 @@ def _batches(choices: RunChoices, preset: ModelPreset, train_gpus: int) -> _Batc
     dp = train_gpus // preset.train_tp
     generations = choices.generations_per_prompt or preset.generations_per_prompt
     multiple = per_rank_multiple(preset)
-    target = preset.train_global_batch_size
     if choices.prompts_per_step is not None:
         asked, why = choices.prompts_per_step, ""
     else:
         asked, why = scaled_prompts(choices, preset, dp)
-        if asked != preset.prompts_per_step:
-            # One optimizer update per step, as the preset's batch makes.
-            target = asked * generations
     prompts = asked
     notes: list[str] = []
     if why and asked == preset.prompts_per_step:
@@ -328,7 +328,7 @@ def _batches(choices: RunChoices, preset: ModelPreset, train_gpus: int) -> _Batc
         prompts = -(-dp * multiple // generations)
         why = f"{dp} data-parallel ranks need at least {dp * multiple} samples per step"
     try:
-        gbs = _batch(prompts * generations, dp, preset, target)
+        gbs = _batch(prompts * generations, dp, preset)
     except SpecError as refusal:
         before = prompts
         prompts, gbs = _nearest_prompts(prompts, generations, dp, preset, refusal)
