@@ -183,3 +183,16 @@ def test_async_is_refused_where_nemo_rl_refuses_it(capsys):
     assert main(["--gpu", "h200", "--async", "--generation-nodes", "0", "-o", "/dev/null", "--force"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --async needs dedicated generation GPUs") and "Traceback" not in err
+
+
+def test_validate_holds_the_micro_batch_rule_only_for_plain_micro_batching():
+    from generator.validate.values import validate_values
+
+    # 48 ranks, 528 samples: 11 a rank, not a multiple of the recipe's micro-batch 4 (dynamic batching).
+    values = build(Options(gpu="h200", nodes=8, generation_nodes=2, model="llama3.2-1b", prompts_per_step=32))
+    assert not [f for f in validate_values(values, objects=False) if f.level == "error"]
+    values["grpo"]["extraOverrides"] = ["policy.dynamic_batching.enabled=false"]
+    errors = [f for f in validate_values(values, objects=False) if f.level == "error"]
+    assert [(f.key, f.message) for f in errors] == [
+        ("grpo.overrides[policy.train_micro_batch_size]", "the per-rank batch 11 is not divisible by the micro-batch 4")
+    ]
