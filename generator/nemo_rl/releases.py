@@ -27,6 +27,9 @@ class NemoRlRelease:
     # v0.7.0's grpo.setup asserts "Non-colocated mode requires train_nodes > 0 and inference_nodes > 0";
     # v0.5.0 and v0.6.0 build an empty training cluster and fail later.
     asserts_training_nodes: bool
+    # grpo.async_grpo (examples/run_grpo*.py calls async_grpo_train when grpo.async_grpo.enabled):
+    # present at v0.5.0, v0.6.0 and v0.7.0 (nemo_rl/algorithms/grpo.py async_grpo_train).
+    has_async_grpo: bool
     # The NVIDIA-NeMo/RL commit the release's tag points at: its configs under vendor/nemo-rl/<tag>/.
     commit: str
 
@@ -35,13 +38,40 @@ RELEASES: dict[str, NemoRlRelease] = {
     r.tag: r
     for r in (
         NemoRlRelease(
-            "v0.5.0", "2.49.2", "examples/run_grpo_math.py", "flat", True, False, False, False, "6c7089300fded94abfa49bb9cbf9eb357d862461"
+            "v0.5.0",
+            "2.49.2",
+            "examples/run_grpo_math.py",
+            "flat",
+            True,
+            False,
+            False,
+            False,
+            True,
+            "6c7089300fded94abfa49bb9cbf9eb357d862461",
         ),
         NemoRlRelease(
-            "v0.6.0", "2.54.0", "examples/run_grpo.py", "nested", True, True, False, False, "5fb588932bf835506a8a5bac01de4f8c7ab0a065"
+            "v0.6.0",
+            "2.54.0",
+            "examples/run_grpo.py",
+            "nested",
+            True,
+            True,
+            False,
+            False,
+            True,
+            "5fb588932bf835506a8a5bac01de4f8c7ab0a065",
         ),
         NemoRlRelease(
-            "v0.7.0", "2.55.1", "examples/run_grpo.py", "nested", False, True, True, True, "81aa43dda4765b0429cf31dab44441e4e4383911"
+            "v0.7.0",
+            "2.55.1",
+            "examples/run_grpo.py",
+            "nested",
+            False,
+            True,
+            True,
+            True,
+            True,
+            "81aa43dda4765b0429cf31dab44441e4e4383911",
         ),
     )
 }

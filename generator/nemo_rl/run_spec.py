@@ -33,6 +33,19 @@ RUN_OUTPUTS = {"checkpointing.checkpoint_dir": "checkpoints", "logger.log_dir": 
 GSM8K_DIR = "nemo-rl/datasets/gsm8k"
 
 
+# How a rank's share of a global batch is cut into micro-batches, per NeMo RL v0.5.0-v0.7.0
+# (nemo_rl/models/policy/workers/dtensor_policy_worker.py, `train`): dynamic batching and sequence
+# packing build their own micro-batches from token budgets; only the plain branch calls
+# `BatchedDataDict.make_microbatch_iterator(mbs)`, which asserts "Data dict size ... is not a
+# multiple of the provided microbatch size" (nemo_rl/distributed/batched_data_dict.py at each tag).
+# Every branch shards with `shard_by_batch_size(dp, batch_size=gbs)`, which asserts samples % gbs == 0
+# and gbs % dp == 0.
+PLAIN = "plain"
+SEQUENCE_PACKING = "sequence packing"
+DYNAMIC_BATCHING = "dynamic batching"
+BATCHINGS = (PLAIN, SEQUENCE_PACKING, DYNAMIC_BATCHING)
+
+
 @dataclass(frozen=True)
 class ModelPreset:
     """Figures of a NeMo RL recipe the generator builds on (read from the release configs)."""
@@ -49,6 +62,16 @@ class ModelPreset:
     generations_per_prompt: int
     max_steps: int
     default_generation_fraction: float  # share of nodes for dedicated generation (0: colocated)
+    # How the recipe splits a rank's batch into micro-batches (policy.sequence_packing.enabled,
+    # policy.dynamic_batching.enabled of its merged config, the same at v0.5.0-v0.7.0): PLAIN,
+    # SEQUENCE_PACKING or DYNAMIC_BATCHING. Only PLAIN asserts whole micro-batches per rank.
+    batching: str = PLAIN
+    # Small models: on more training GPUs than the recipe's one node, prompts per step grow with the
+    # data-parallel size (scaled_prompts).
+    scales_with_dp: bool = False
+    # policy.logprob_batch_size of the recipe, per release, where it differs from the micro-batch
+    # (the generator writes them equal: _shape_overrides).
+    recipe_logprob_batch_sizes: tuple[tuple[str, int], ...] = ()
     save_period: int = 10  # the recipe's checkpointing.save_period (every release's grpo_math_1B.yaml)
     # Machines with fewer GPUs per node (A4X: 4): GPUs per node -> (recipe, training TP, vLLM TP),
     # NeMo RL's own recipe for that node size. A size not listed keeps the fields above, whose TPs
@@ -68,20 +91,24 @@ class ModelPreset:
 
 
 MODELS: dict[str, ModelPreset] = {
-    # The tutorial's run: Gemma 3 27B, TP 8, 16 prompts x 64 generations, 300 steps.
+    # The tutorial's run: Gemma 3 27B, training TP 8, 16 prompts x 64 generations, 300 steps. vLLM
+    # TP 4 as NeMo RL's own recipe (grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml, v0.5.0-v0.7.0:
+    # policy.generation.vllm_cfg.tensor_parallel_size 4): two engines per generation node.
     "gemma3-27b": ModelPreset(
         key="gemma3-27b",
         model="google/gemma-3-27b-it",
         recipe="examples/configs/recipes/llm/grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml",
         gated=True,
         train_tp=8,
-        vllm_tp=8,
+        vllm_tp=4,
         train_global_batch_size=512,
         train_micro_batch_size=1,
         prompts_per_step=16,
         generations_per_prompt=64,
         max_steps=300,
         default_generation_fraction=0.5,
+        recipe_logprob_batch_sizes=(("v0.5.0", 2), ("v0.6.0", 4), ("v0.7.0", 4)),
+        batching=PLAIN,  # the recipe sets sequence_packing.enabled false; dynamic_batching false (base)
         # NeMo RL's recipe for 4-GPU nodes (v0.5.0-v0.7.0): training TP 4, vLLM TP 2.
         by_gpus_per_node=((4, "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml", 4, 2),),
     ),
@@ -98,6 +125,8 @@ MODELS: dict[str, ModelPreset] = {
         generations_per_prompt=16,
         max_steps=20,
         default_generation_fraction=0.0,
+        batching=DYNAMIC_BATCHING,  # the 1n8g recipe (the 1n4g one inherits it): dynamic_batching.enabled true
+        scales_with_dp=True,
         by_gpus_per_node=((4, "examples/configs/recipes/llm/grpo-llama3.2-1b-instruct-1n4g-fsdp2tp1.v3.yaml", 1, 1),),
     ),
     # Ungated: the quick start needs no Hugging Face token.
@@ -114,6 +143,8 @@ MODELS: dict[str, ModelPreset] = {
         generations_per_prompt=16,
         max_steps=20,
         default_generation_fraction=0.0,
+        batching=SEQUENCE_PACKING,  # grpo_math_1B.yaml: sequence_packing.enabled True
+        scales_with_dp=True,
     ),
 }
 DEFAULT_MODEL = "gemma3-27b"
@@ -153,6 +184,8 @@ class RunChoices:
     wandb: bool = False
     mount_path: str = "/data"
     save_by: str | None = None  # checkpointing.checkpoint_must_save_by, DD:HH:MM:SS after training starts
+    release: str = "v0.7.0"  # the NeMo RL release (releases.DEFAULT_RELEASE): the recipe values the notes compare with
+    async_grpo: bool = False  # grpo.async_grpo.enabled with its companion settings (async_overrides)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -164,17 +197,32 @@ def generation_nodes(choices: RunChoices, preset: ModelPreset) -> int:
     return max(1, int(choices.nodes * preset.default_generation_fraction))
 
 
+def per_rank_multiple(preset: ModelPreset) -> int:
+    """What a rank's share of a global batch must be a multiple of: the micro-batch with plain
+    micro-batching, 1 with sequence packing or dynamic batching (PLAIN above)."""
+    return preset.train_micro_batch_size if preset.batching == PLAIN else 1
+
+
 def _batch(samples: int, dp: int, preset: ModelPreset) -> int:
-    """The largest global batch <= the recipe's (or one micro-batch per rank, if that is more)
-    that divides the samples per step and splits evenly into ranks of whole micro-batches."""
-    cap = max(preset.train_global_batch_size, dp * preset.train_micro_batch_size)
-    for gbs in range(min(samples, cap), 0, -1):
-        if samples % gbs == 0 and gbs % dp == 0 and (gbs // dp) % preset.train_micro_batch_size == 0:
-            return gbs
+    """The largest global batch that divides the samples per step and splits evenly into the ranks
+    (PLAIN above), up to the recipe's batch, or more when the samples allow as few optimizer updates
+    per step as the preset makes (its samples / its batch), or one per-rank multiple per rank."""
+    multiple = per_rank_multiple(preset)
+    preset_updates = max(1, preset.prompts_per_step * preset.generations_per_prompt // preset.train_global_batch_size)
+    cap = max(preset.train_global_batch_size, samples // preset_updates, dp * multiple)
+    unit = dp * multiple  # gbs % dp == 0 and (gbs // dp) % multiple == 0: a multiple of this
+    if samples % unit == 0:
+        for k in range(min(samples, cap) // unit, 0, -1):
+            if samples % (k * unit) == 0:
+                return k * unit
     raise SpecError(
-        f"{samples} samples per step cannot be split into {dp} data-parallel ranks of "
-        f"micro-batch {preset.train_micro_batch_size}; change --prompts-per-step or the node split"
+        f"{samples} samples per step cannot be split into {dp} data-parallel ranks{_of_micro(preset)}; "
+        "change --prompts-per-step or the node split"
     )
+
+
+def _of_micro(preset: ModelPreset) -> str:
+    return f" of micro-batch {preset.train_micro_batch_size}" if preset.batching == PLAIN else ""
 
 
 def run_name(choices: RunChoices, preset: ModelPreset) -> str:
@@ -236,37 +284,96 @@ class _Batches:
 NEAREST_PROMPTS_SPAN = 4  # look this many times the asked prompts per step up and down, at most
 
 
+def scaled_prompts(choices: RunChoices, preset: ModelPreset, dp: int) -> tuple[int, str]:
+    """Prompts per step for a small model on more data-parallel ranks than its recipe's one node:
+    the preset's times the ranks' multiple of one node's, capped so that one epoch of GSM8K still
+    holds the run's steps; with the reason, or why it stays the preset's ("" when nothing to say)."""
+    node_dp = max(1, choices.gpus_per_node // preset.train_tp)
+    factor = dp // node_dp
+    if not preset.scales_with_dp or factor < 2:
+        return preset.prompts_per_step, ""
+    steps = choices.max_steps or preset.max_steps
+    cap = data_epochs.GSM8K_TRAIN_ROWS // (steps * preset.prompts_per_step)
+    scaled = min(factor, cap)
+    if scaled < 2:
+        return preset.prompts_per_step, (
+            f"grpo.num_prompts_per_step {preset.prompts_per_step} kept (not {preset.prompts_per_step * factor} for {dp} "
+            f"data-parallel ranks, {factor} x one node's {node_dp}): {steps} steps of more prompts would not fit in one pass "
+            f"over GSM8K's {data_epochs.GSM8K_TRAIN_ROWS} train rows; set --prompts-per-step to choose"
+        )
+    return preset.prompts_per_step * scaled, (
+        f"{dp} data-parallel ranks, {factor} x one node's {node_dp}"
+        + (f"; capped at {scaled} x so that {steps} steps fit in one pass over GSM8K's train rows" if scaled < factor else "")
+    )
+
+
 def _batches(choices: RunChoices, preset: ModelPreset, train_gpus: int) -> _Batches:
+    """Prompts, generations and the global batch; every value that differs from the preset's (or
+    from what was asked) gets a note naming the NeMo RL key, the preset's value and why."""
     if choices.gpus_per_node % preset.train_tp or train_gpus % preset.train_tp:
         raise SpecError(f"training tensor parallel {preset.train_tp} does not divide {train_gpus} training GPUs")
     dp = train_gpus // preset.train_tp
-    prompts = choices.prompts_per_step or preset.prompts_per_step
     generations = choices.generations_per_prompt or preset.generations_per_prompt
-    if choices.prompts_per_step is None and prompts * generations < dp * preset.train_micro_batch_size:
-        # Many data-parallel ranks: at least one micro-batch each per step.
-        prompts = -(-dp * preset.train_micro_batch_size // generations)
+    multiple = per_rank_multiple(preset)
+    if choices.prompts_per_step is not None:
+        asked, why = choices.prompts_per_step, ""
+    else:
+        asked, why = scaled_prompts(choices, preset, dp)
+    prompts = asked
+    notes: list[str] = []
+    if why and asked == preset.prompts_per_step:
+        notes.append(why)  # why the prompts did not scale
+    if choices.prompts_per_step is None and prompts * generations < dp * multiple:
+        # Many data-parallel ranks: at least one sample (one micro-batch, with plain micro-batching) each per step.
+        prompts = -(-dp * multiple // generations)
+        why = f"{dp} data-parallel ranks need at least {dp * multiple} samples per step"
     try:
-        return _Batches(prompts, generations, _batch(prompts * generations, dp, preset))
+        gbs = _batch(prompts * generations, dp, preset)
     except SpecError as refusal:
-        return _nearest_prompts(prompts, generations, dp, preset, refusal)
+        before = prompts
+        prompts, gbs = _nearest_prompts(prompts, generations, dp, preset, refusal)
+        why = (
+            f"{before} x {generations} = {before * generations} samples cannot be split into {dp} data-parallel ranks"
+            f"{_of_micro(preset)}; {prompts} is the nearest count that can"
+        )
+    user = choices.prompts_per_step
+    if prompts != (user or preset.prompts_per_step):
+        was = f"asked {user}, preset {preset.prompts_per_step}" if user else f"preset {preset.prompts_per_step}"
+        notes.append(f"grpo.num_prompts_per_step {prompts} ({was}): {why}")
+    samples = prompts * generations
+    if gbs != preset.train_global_batch_size:
+        preset_samples = preset.prompts_per_step * preset.generations_per_prompt
+        notes.append(
+            f"policy.train_global_batch_size {gbs} (preset {preset.train_global_batch_size}): {prompts} x {generations} = "
+            f"{samples} samples per step in {_updates(samples, gbs)} (preset: {preset_samples} in "
+            f"{_updates(preset_samples, preset.train_global_batch_size)}), {gbs // dp} samples per data-parallel rank "
+            f"({dp} ranks; {_rank_rule(preset)})"
+        )
+    return _Batches(prompts, generations, gbs, tuple(notes))
 
 
-def _nearest_prompts(prompts: int, generations: int, dp: int, preset: ModelPreset, refusal: SpecError) -> _Batches:
+def _updates(samples: int, gbs: int) -> str:
+    n = samples // gbs
+    return f"{n} optimizer update{'s' if n > 1 else ''} of {gbs}"
+
+
+def _rank_rule(preset: ModelPreset) -> str:
+    if preset.batching == PLAIN:
+        return f"plain micro-batching: a whole number of micro-batches of {preset.train_micro_batch_size} per rank"
+    return f"{preset.batching}: NeMo RL asserts no micro-batch multiple per rank"
+
+
+def _nearest_prompts(prompts: int, generations: int, dp: int, preset: ModelPreset, refusal: SpecError) -> tuple[int, int]:
     """The prompts per step nearest to `prompts` (fewer first on a tie) whose samples split evenly
-    into the data-parallel ranks; the file's header says what changed and why."""
+    into the data-parallel ranks, and its global batch; `_batches` reports both."""
     for step in range(1, NEAREST_PROMPTS_SPAN * prompts + 1):
         for candidate in (prompts - step, prompts + step):
             if candidate < 1:
                 continue
             try:
-                gbs = _batch(candidate * generations, dp, preset)
+                return candidate, _batch(candidate * generations, dp, preset)
             except SpecError:
                 continue
-            note = (
-                f"prompts per step {prompts} -> {candidate}: {prompts} x {generations} = {prompts * generations} samples "
-                f"cannot be split into {dp} data-parallel ranks of micro-batch {preset.train_micro_batch_size}"
-            )
-            return _Batches(candidate, generations, gbs, (note,))
     raise refusal
 
 
@@ -305,17 +412,30 @@ class Layout:
     split: _Split
     batches: _Batches
     epochs: _Epochs
+    micro: tuple[str, ...] = ()
 
     @property
     def notes(self) -> list[str]:
-        return [*self.split.notes, *self.batches.notes, *self.epochs.notes]
+        return [*self.split.notes, *self.batches.notes, *self.micro, *self.epochs.notes]
+
+
+def _micro_notes(choices: RunChoices, preset: ModelPreset) -> tuple[str, ...]:
+    """The recipe's logprob batch where the generator writes another (equal to the micro-batch)."""
+    recipe = dict(preset.recipe_logprob_batch_sizes).get(choices.release)
+    if recipe is None or recipe == preset.train_micro_batch_size:
+        return ()
+    return (
+        f"policy.logprob_batch_size {preset.train_micro_batch_size} (recipe {recipe} at {choices.release}): equal to "
+        f"policy.train_micro_batch_size {preset.train_micro_batch_size}, which NeMo RL v0.6.0+ asserts with training TP >= 4 "
+        "(nemo_rl/models/policy/lm_policy.py Policy.__init__); written at every release",
+    )
 
 
 def layout(choices: RunChoices) -> Layout:
     preset = _preset(choices)
     split = _placement(choices, preset, generation_nodes(choices, preset))
     batches = _batches(choices, preset, split.placed.train_gpus)
-    return Layout(split, batches, _epochs(choices, preset, batches))
+    return Layout(split, batches, _epochs(choices, preset, batches), _micro_notes(choices, preset))
 
 
 def _shape_overrides(choices: RunChoices, preset: ModelPreset, rel: NemoRlRelease, gen_nodes: int, split: _Split) -> dict[str, Any]:
@@ -400,6 +520,33 @@ def _data_overrides(choices: RunChoices, rel: NemoRlRelease) -> tuple[dict[str, 
     return {"data.train.dataset_name": "gsm8k"}, {"data.validation.dataset_name": "gsm8k", "data.validation.split": "test"}
 
 
+# Asynchronous GRPO, NeMo RL v0.5.0-v0.7.0 (nemo_rl/algorithms/grpo.py async_grpo_train): it asserts
+# an async generation engine (policy.generation.vllm_cfg.async_engine), importance-sampling correction
+# ("Importance sampling correction must be enabled for async GRPO ...") and non-colocated generation
+# ("Colocated inference is not supported for async GRPO"); examples/run_grpo*.py refuses it with
+# dynamic sampling, reward scaling or reward shaping (all off in the presets' recipes). The trajectory
+# age stays the recipe's 1: an older one only pays with in-flight weight updates (its warning).
+ASYNC_MAX_TRAJECTORY_AGE = 1
+
+
+def async_overrides(choices: RunChoices, rel: NemoRlRelease, gen_nodes: int, split: _Split) -> dict[str, Any]:
+    if not choices.async_grpo:
+        return {}
+    if not rel.has_async_grpo:
+        raise SpecError(f"--async: NeMo RL {rel.tag} has no asynchronous GRPO (grpo.async_grpo); drop --async or pick another --release")
+    if gen_nodes == 0 and split.generation_gpus is None:
+        raise SpecError(
+            "--async needs dedicated generation GPUs (NeMo RL's async_grpo_train asserts non-colocated inference): "
+            "add --generation-nodes 1 or more, or drop --async"
+        )
+    return {
+        "grpo.async_grpo.enabled": True,
+        "grpo.async_grpo.max_trajectory_age_steps": ASYNC_MAX_TRAJECTORY_AGE,
+        "loss_fn.use_importance_sampling_correction": True,
+        "policy.generation.vllm_cfg.async_engine": True,
+    }
+
+
 def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     """The `grpo` section of the values file."""
     preset = _preset(choices)
@@ -410,6 +557,7 @@ def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     data, data_additions = _data_overrides(choices, rel)
     shape = _shape_overrides(choices, preset, rel, gen_nodes, chosen.split)
     o = shape | _steps_overrides(choices, preset, chosen.batches, chosen.epochs) | outputs | data
+    o |= async_overrides(choices, rel, gen_nodes, chosen.split)
     o |= choices.extra
     additions = output_additions | data_additions
     return {

@@ -55,6 +55,7 @@ class Options:
     secret: str | None = None  # None: nemo-rl-tokens when the model is gated or W&B is on
     mode: str = DEFAULT_MODE  # one of gke.MODES
     save_by: str | None = None  # None: 06:22:00:00 with flex-start (7-day VMs), else not set
+    async_grpo: bool = False  # --async: asynchronous GRPO (run_spec.async_overrides)
     groups: tuple[GroupSpec, ...] = ()  # empty: one group "gpu" of `nodes` replicas
     kueue_queue: str = ""
     network: str = networks.DEFAULT_MODE  # one of networks.MODES
@@ -165,6 +166,8 @@ def run_choices(opts: Options) -> grpo.RunChoices:
         run_name=opts.run_name,
         wandb=opts.wandb,
         mount_path=MOUNT_PATH,
+        release=opts.release,
+        async_grpo=opts.async_grpo,
         save_by=opts.save_by if opts.save_by is not None else (grpo.FLEX_START_SAVE_BY if "flex-start" in provisionings(opts) else None),
     )
 

@@ -92,6 +92,15 @@ GENERATE_OPTIONS: tuple[OptionSpec, ...] = (
         section=RUN,
         header=16,
     ),
+    OptionSpec(
+        "--async",
+        "asynchronous GRPO: generation runs ahead on the dedicated generation nodes while training trains "
+        "(importance-sampling correction on, trajectories at most 1 step old); needs --generation-nodes >= 1",
+        field="async_grpo",
+        switch=True,
+        section=RUN,
+        header=23,
+    ),
     OptionSpec("--wandb", "log to Weights & Biases (needs WANDB_API_KEY in the Secret)", switch=True, section=RUN, header=19),
     OptionSpec("--secret", "existing Secret with HF_TOKEN (and WANDB_API_KEY); default nemo-rl-tokens when needed", section=RUN, header=14),
     OptionSpec("--force", "overwrite an existing file that differs", field=None, switch=True),

@@ -239,3 +239,45 @@ def test_a_run_that_ends_at_its_epochs_end_is_recorded_finished_and_never_resubm
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"run {rid} already ended: succeeded (epochs-ended)" in again.stdout
     assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED"}
+
+
+# NeMo RL on flex-start (the generator's checkpointing.checkpoint_must_save_by=06:22:00:00): its
+# deadline timer starts with each attempt (TimeoutChecker in grpo_train), so every attempt trains
+# up to its own deadline from the newest checkpoint, saves and returns normally, short of
+# grpo.max_num_steps. Each attempt here trains 2 steps, and writes when it started and from where.
+DEADLINE_EVERY_ATTEMPT = """
+import json, os, sys, time
+ckpt, attempts = sys.argv[1], sys.argv[2]
+steps = sorted(int(n.split('_')[1]) for n in os.listdir(ckpt) if n.startswith('step_')) if os.path.isdir(ckpt) else []
+start = steps[-1] if steps else 0
+with open(attempts, 'a') as f:
+    f.write(json.dumps({'from': start, 'started': time.time()}) + '\\n')
+step = start + 2
+os.makedirs(os.path.join(ckpt, f'step_{step}'))
+open(os.path.join(ckpt, f'step_{step}', 'training_info.json'), 'w').write(json.dumps({'total_steps': step}))
+print('Timeout has been reached, stopping training early', flush=True)
+"""
+
+
+def test_a_flex_start_deadline_stop_is_resubmitted_on_the_same_workers_and_counts_as_a_restart(head, client, tmp_path):
+    """docs/runs.md, flex-start: a save-deadline stop is resubmitted like a preempted run and counts
+    against launcher.maxRestarts; the new attempt runs on the same Ray cluster (the GPU workers are
+    not released and brought back between attempts) and NeMo RL's deadline starts again with it."""
+    rid = new_id()
+    ckpt, attempts = tmp_path / "checkpoints", tmp_path / "attempts.jsonl"
+    entry = f"{stand_in(tmp_path, 'flex', DEADLINE_EVERY_ATTEMPT)} {ckpt} {attempts}"
+    proc = run_launcher(
+        head, tmp_path, submission_id=rid, entrypoint=entry, expected_gpus=8, follow=True, max_restarts=1,
+        checkpoint_dir=str(ckpt), max_num_steps=8,
+    )  # fmt: skip
+    out = proc.stdout
+    assert f"{rid} SUCCEEDED at step 2 of 8 (grpo.max_num_steps): it stopped at its save deadline; resubmitting (restart 1 of 1)" in out
+    assert f"attempt 2 submitted as {rid}-retry1; resumes from step_2 in {ckpt}" in out
+    assert "stopped at its save deadline; no restarts are left (1 allowed)" in out, out
+    assert proc.returncode != 0, out  # the run did not reach max_num_steps
+    # The same cluster for both attempts: nothing about the GPU workers is done before the second.
+    second = out.index(f"attempt 2 submitted as {rid}-retry1")
+    assert "GPU workers" not in out[:second], out[:second]
+    runs = [json.loads(line) for line in attempts.read_text().splitlines()]
+    assert [r["from"] for r in runs] == [0, 2]  # each attempt from the newest checkpoint, to its own deadline
+    assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED", f"{rid}-retry1": "SUCCEEDED"}

@@ -71,8 +71,11 @@ def test_the_issue_command_raises_the_epochs_and_says_so(capsys):
     values = build(opts)
     assert "grpo.max_num_epochs=3" in values["grpo"]["overrides"]
     assert layout_notes(opts) == [
+        # 2 nodes: 16 ranks would take 64 prompts, 116 steps an epoch; 500 steps fit in no epoch of those.
+        "grpo.num_prompts_per_step 32 kept (not 64 for 16 data-parallel ranks, 2 x one node's 8): 500 steps of more prompts "
+        "would not fit in one pass over GSM8K's 7473 train rows; set --prompts-per-step to choose",
         "grpo.max_num_epochs 3 (preset 1): 500 steps (grpo.max_num_steps, kept) at 32 prompts per step need 3 passes "
-        "over GSM8K's 7473 train rows (233 steps per epoch, the last partial batch dropped)"
+        "over GSM8K's 7473 train rows (233 steps per epoch, the last partial batch dropped)",
     ]
     assert not [f for f in validate_values(values, objects=False) if f.level == "error"]
 

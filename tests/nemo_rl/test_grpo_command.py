@@ -142,7 +142,8 @@ def test_rendered_command_passes_the_override_check(helm4, tag, model, nodes, ge
 
 
 def test_seed_run_renders_as_the_tutorial_topology(helm4):
-    """gemma3-27b, 2 nodes x 8 GPUs, 16 prompts x 64 generations, 300 steps, 1 generation node, TP 8."""
+    """gemma3-27b, 2 nodes x 8 GPUs, 16 prompts x 64 generations, 300 steps, 1 generation node, training
+    TP 8, vLLM TP 4 (NeMo RL's Gemma 3 27B recipe: two engines on the generation node)."""
     for tag in ("v0.5.0", "v0.7.0"):
         objs = render(helm4, [values_for("h200", release=tag)])
         spec = launch_spec(objs)
@@ -158,7 +159,7 @@ def test_seed_run_renders_as_the_tutorial_topology(helm4):
         gen = cfg["policy"]["generation"]
         assert gen["colocated"]["enabled"] is False
         assert gen["colocated"]["resources"] == {"num_nodes": 1, "gpus_per_node": 8}
-        assert gen["vllm_cfg"]["tensor_parallel_size"] == 8 and cfg["policy"]["dtensor_cfg"]["tensor_parallel_size"] == 8
+        assert gen["vllm_cfg"]["tensor_parallel_size"] == 4 and cfg["policy"]["dtensor_cfg"]["tensor_parallel_size"] == 8
         assert spec["expected_gpus"] == 16
 
 
@@ -239,7 +240,7 @@ def test_global_batch_is_reduced_to_divide_evenly():
     ("opts", "message"),
     [
         ({"nodes": 2, "generation_nodes": 2}, "leaves no node for training"),
-        ({"nodes": 1, "generation_nodes": 1}, "gemma3-27b's training TP 8 and vLLM TP 8 do not both fit in 8 GPUs"),
+        ({"nodes": 1, "generation_nodes": 1}, "gemma3-27b's training TP 8 and vLLM TP 4 do not both fit in 8 GPUs"),
         ({"model": "gpt-5"}, "unknown model"),
     ],
 )
@@ -249,18 +250,40 @@ def test_impossible_runs_are_refused(opts, message):
 
 
 @pytest.mark.parametrize(
-    ("opts", "prompts", "note"),
+    ("opts", "prompts", "gbs", "notes"),
     [
         # 6 training nodes x 8 GPUs / TP 8 = 6 data-parallel ranks; 16 x 64 = 1024 is not a multiple of 6.
-        ({"nodes": 8, "generation_nodes": 2}, 15, "prompts per step 16 -> 15: 16 x 64 = 1024 samples cannot be split into 6"),
-        ({"nodes": 3, "generation_nodes": 0, "prompts_per_step": 1, "generations_per_prompt": 7}, 3, "prompts per step 1 -> 3"),
+        (
+            {"nodes": 8, "generation_nodes": 2},
+            15,
+            480,
+            [
+                "grpo.num_prompts_per_step 15 (preset 16): 16 x 64 = 1024 samples cannot be split into 6 data-parallel ranks "
+                "of micro-batch 1; 15 is the nearest count that can",
+                "policy.train_global_batch_size 480 (preset 512): 15 x 64 = 960 samples per step in 2 optimizer updates of 480 "
+                "(preset: 1024 in 2 optimizer updates of 512), 80 samples per data-parallel rank (6 ranks; plain micro-batching: "
+                "a whole number of micro-batches of 1 per rank)",
+            ],
+        ),
+        (
+            {"nodes": 3, "generation_nodes": 0, "prompts_per_step": 1, "generations_per_prompt": 7},
+            3,
+            21,
+            [
+                "grpo.num_prompts_per_step 3 (asked 1, preset 16): 1 x 7 = 7 samples cannot be split into 3 data-parallel "
+                "ranks of micro-batch 1; 3 is the nearest count that can",
+                "policy.train_global_batch_size 21 (preset 512): 3 x 7 = 21 samples per step in 1 optimizer update of 21 "
+                "(preset: 1024 in 2 optimizer updates of 512), 7 samples per data-parallel rank (3 ranks; plain micro-batching: "
+                "a whole number of micro-batches of 1 per rank)",
+            ],
+        ),
     ],
 )
-def test_an_indivisible_batch_takes_the_nearest_prompts_per_step_and_says_so(opts, prompts, note):
+def test_an_indivisible_batch_takes_the_nearest_prompts_per_step_and_says_so(opts, prompts, gbs, notes):
     o = overrides(values_for(**opts))
-    assert o["grpo.num_prompts_per_step"] == prompts
-    notes = layout_notes(Options(gpu="h200", **opts))
-    assert len(notes) == 1 and notes[0].startswith(note)
+    assert (o["grpo.num_prompts_per_step"], o["policy.train_global_batch_size"]) == (prompts, gbs)
+    said = layout_notes(Options(gpu="h200", **opts))
+    assert [n for n in said if not n.startswith("policy.logprob_batch_size")] == notes
 
 
 def test_one_node_is_split_between_training_and_generation():
@@ -277,7 +300,9 @@ def test_one_node_is_split_between_training_and_generation():
 
 def test_the_note_is_in_the_files_header():
     text = render_text(Options(gpu="h200", nodes=8, generation_nodes=2), ["--gpu", "h200", "--nodes", "8", "--generation-nodes", "2"])
-    assert "# Chosen by the generator: prompts per step 16 -> 15: " in text.split("\n\n")[0]
+    head = text.split("\n\n")[0]
+    assert "# Chosen by the generator: grpo.num_prompts_per_step 15 (preset 16): " in head
+    assert "# Chosen by the generator: policy.train_global_batch_size 480 (preset 512): " in head
 
 
 def test_generation_placement_defaults():

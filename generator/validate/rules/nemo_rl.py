@@ -253,7 +253,7 @@ def _batches(ctx: Context, train_gpus: int, tp: int, cp: int) -> Iterator[Findin
             f"{gbs} is not divisible by the data-parallel size {dp} ({train_gpus} training GPUs / TP {tp} / CP {cp})",
             f"use a multiple of {dp}",
         )
-    elif (gbs // dp) % micro:
+    elif (gbs // dp) % micro and not _own_micro_batches(ctx):
         yield error(
             override_key("policy.train_micro_batch_size"),
             f"the per-rank batch {gbs // dp} is not divisible by the micro-batch {micro}",
@@ -269,6 +269,14 @@ def _batches(ctx: Context, train_gpus: int, tp: int, cp: int) -> Iterator[Findin
             f"{gbs}, but loss_fn.force_on_policy_ratio is true and NeMo RL then requires it to equal the {samples} samples per step",
             f"set it to {samples}, or loss_fn.force_on_policy_ratio=false",
         )
+
+
+def _own_micro_batches(ctx: Context) -> bool:
+    """Dynamic batching or sequence packing: the policy worker cuts a rank's share by token budget and
+    asserts no multiple of the micro-batch; only its plain branch does (`make_microbatch_iterator(mbs)`
+    in DTensorPolicyWorker.train, nemo_rl/models/policy/workers/dtensor_policy_worker.py, asserting in
+    nemo_rl/distributed/batched_data_dict.py; v0.5.0 to v0.7.0)."""
+    return any(ctx.setting(f"policy.{k}.enabled") is True for k in ("dynamic_batching", "sequence_packing"))
 
 
 def _on_policy_ratio(ctx: Context) -> bool:
