@@ -49,6 +49,11 @@ def header(argv: list[str], notes: list[str] | None = None, costs: str = "") -> 
 
 
 def render_text(opts: Options, argv: list[str]) -> str:
+    return render_with_notes(opts, argv)[0]
+
+
+def render_with_notes(opts: Options, argv: list[str]) -> tuple[str, list[str]]:
+    """The values file's text and what the generator chose instead of refusing (its header says it too)."""
     try:
         values = build(opts)
     except ValueError as e:
@@ -58,9 +63,7 @@ def render_text(opts: Options, argv: list[str]) -> str:
     if problems:
         raise InputError("the options give invalid values: " + "; ".join(problems))
     notes = layout_notes(opts)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    return dump_values(values, header(argv, notes, cost(opts, values)))
+    return dump_values(values, header(argv, notes, cost(opts, values))), notes
 
 
 HELP = "write a values file for one accelerator (the default)"
@@ -79,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
 def generate(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     out: Path = args.output or Path(f"values-{opts.gpu}.yaml")
-    text = render_text(opts, generate_argv(args))
+    text, notes = render_with_notes(opts, generate_argv(args))
     outcome = write_atomic(out, text, force=args.force)
+    for note in notes:  # after the write: a refused write prints its one error line only
+        print(f"note: {note}", file=sys.stderr)
     print(f"{out}: {outcome} ({opts.gpu}, {total_nodes(opts)} GPU node(s))", file=sys.stderr)
     return 0

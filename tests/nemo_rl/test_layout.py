@@ -17,7 +17,6 @@ from dataclasses import replace
 import pytest
 
 from generator.cli import main
-from generator.generate import render_text
 from generator.nemo_rl import run_spec as grpo
 from generator.nemo_rl.recipe_config import Override, apply_overrides, load_recipe, lookup
 from generator.nemo_rl.releases import RELEASES, release
@@ -146,9 +145,11 @@ def test_prompts_scale_with_the_data_parallel_size_for_small_models():
     assert overrides(build(Options(gpu="h200", nodes=16))["grpo"])["grpo.num_prompts_per_step"] == 16
 
 
-def test_every_note_goes_to_the_header_and_stderr(capsys):
+def test_every_note_goes_to_the_header_and_stderr(capsys, tmp_path):
     opts = Options(gpu="h200", nodes=8, generation_nodes=2)
-    text = render_text(opts, ["--gpu", "h200", "--nodes", "8", "--generation-nodes", "2"])
+    out = tmp_path / "v.yaml"
+    assert main(["--gpu", "h200", "--nodes", "8", "--generation-nodes", "2", "-o", str(out)]) == 0
+    text = out.read_text()
     notes = layout_notes(opts)
     assert len(notes) == 3  # prompts, global batch, logprob batch
     err = capsys.readouterr().err
