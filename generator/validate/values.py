@@ -46,8 +46,15 @@ def validate_values(
         return schema
     findings = run_checks(doc, release_name, set_file_keys)
     if rendering is not None:
+        from generator.validate import api_rules, scheduling
+
+        found = rendering.findings()
+        found += api_rules.check(rendering.objects, doc) + scheduling.check(rendering.objects, doc)
         named = {f.key for f in findings}
-        findings += [f for f in rendering.findings() if f.key not in named]
+        for f in found:
+            if f.key not in named:
+                named.add(f.key)
+                findings.append(f)
     return findings
 
 
