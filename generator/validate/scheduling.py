@@ -81,12 +81,12 @@ def node_pools(values: dict[str, Any]) -> list[NodePool]:
             continue
         # `infra` names the pool gpu-<gpu> for its one default group, gpu-<gpu>-<group> with --group.
         names = (f"gpu-{p.key}", f"gpu-{p.key}-{g.get('name')}") if len(groups) == 1 else (f"gpu-{p.key}-{g.get('name')}",)
-        labels: dict[str, str | None] = {**anywhere, **node_labels(p.machine_type, names[-1])}
+        labels: dict[str, str | None] = {**anywhere, **node_labels(p.machine_type, names[0])}
         labels |= gpu_node_labels(p.node_label, provisioning, str(g.get("reservationName") or ""))
         if provisioning == "reservation" and g.get("reservationProject"):
             labels["cloud.google.com/reservation-project"] = str(g["reservationProject"])
         alloc = _allocatable(p.host_vcpus, p.host_memory_gib, p.gpus_per_node)
-        pools.append(NodePool(names[-1], labels, tuple(gpu_node_taints(provisioning)), alloc, names))
+        pools.append(NodePool(names[0], labels, tuple(gpu_node_taints(provisioning)), alloc, names))
     return pools
 
 
