@@ -20,8 +20,8 @@ testbed/components.py builds; the Go module cache holds the same source):
   its request must equal its limit, and a request needs a limit), ValidatePodSpec's nodeSelector
   (ValidateLabels) and serviceAccountName (ValidateServiceAccountName: a DNS subdomain).
 - k8s.io/kubernetes v1.34.9 pkg/apis/networking/validation/validation.go: ValidateNetworkPolicyPeer
-  (a peer names at least one of podSelector, namespaceSelector, ipBlock; ipBlock with another is
-  forbidden) and the selectors of the policy and its peers.
+  (a peer names at least one of podSelector,
+  namespaceSelector, ipBlock; ipBlock with another is forbidden) and the selectors of the policy and its peers.
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def _network_policy(obj: dict[str, Any], t: Tracer) -> Iterator[Finding]:
                     yield error(
                         owner or RELEASE_KEY,
                         f"a peer in {at} names nothing: the API server needs podSelector, namespaceSelector or ipBlock",
-                        "name a peer",
+                        "name a peer, or remove the empty entry",
                     )
                 elif "ipBlock" in kinds and len(kinds) > 1:
                     also = " and ".join(k for k in kinds if k != "ipBlock")

@@ -47,8 +47,10 @@ from testbed.kube import Kube, wait_for
 
 BASE = ROOT / "examples" / "tutorial-h200.yaml"  # the test bed's pools are the infra script's for it
 RELEASE = "nemo-rl"
-# >= 500 judged per judge by default; DIFFERENTIAL_CASES=N for a quicker local run.
-CASES_A = CASES_B = int(os.environ.get("DIFFERENTIAL_CASES", "530"))
+# >= 500 judged per judge by default (about 1 in 8 of Judge A's cases stops in the chart's own
+# checks and reaches no judge); DIFFERENTIAL_CASES=N for a quicker local run.
+CASES_A = int(os.environ.get("DIFFERENTIAL_CASES", "600"))
+CASES_B = int(os.environ.get("DIFFERENTIAL_CASES", "520"))
 BATCH = 12  # pods judged at once; the extra pools have as many nodes each, so each pod sees an empty node
 SEED = 25
 
@@ -335,11 +337,22 @@ def _sent(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(t.get("spec") or {})}
 
 
+def _admissible(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Pod names the namespace's `default` ServiceAccount: a dry run creates no ServiceAccount, and
+    the admission plugin that looks the pod's up answers before validation would (the
+    ServiceAccount object itself is judged as rendered)."""
+    if obj.get("kind") != "Pod":
+        return obj
+    out = copy.deepcopy(obj)
+    out["spec"]["serviceAccountName"] = "default"
+    return out
+
+
 def judge_a(kube: Kube, ns: str, objs: list[dict[str, Any]], seen: dict[str, str]) -> list[str]:
     """The API server's refusals of a server-side dry-run create of every object; an object
     identical to one judged before (`seen`: its JSON to its refusal or "") is not sent again."""
     refused = []
-    for obj in (o for rendered in objs for o in _sent(rendered)):
+    for obj in (_admissible(o) for rendered in objs for o in _sent(rendered)):
         text = json.dumps(obj, sort_keys=True)
         if text in seen:
             refused += [seen[text]] if seen[text] else []
@@ -518,7 +531,7 @@ def test_validate_agrees_with_the_api_server(judges, base):
     report = _report(disagree, explained, judged, refused_n, time.monotonic() - start)
     report += f"\n{len(seen)} distinct objects sent"
     print(report)
-    assert judged >= min(500, CASES_A * 0.9), report
+    assert judged >= min(500, CASES_A * 0.8), report
     assert refused_n > judged / 5 and judged - refused_n > judged / 5, report  # the cases probe both sides
     assert not disagree, report
 
