@@ -14,8 +14,9 @@ Exists matches every taint, Exists matches any value, an empty effect every effe
 noderesources fit (the pod's request, the larger of its containers' sum and each init container,
 within the node's allocatable; k8s.io/component-helpers resource/helpers.go PodRequests).
 
-A selector on a label key none of GKE's or Kubernetes' own is a warning, not an error: nodes a
-user labels themselves are not known here. Autopilot has no node pools: nothing is checked there.
+A selector on a label key none of GKE's or Kubernetes' own, or on a node-pool name the script does
+not make, is a warning, not an error: pools and labels a user adds themselves are not known here.
+Autopilot has no node pools: nothing is checked there.
 """
 
 from __future__ import annotations
@@ -81,12 +82,15 @@ def node_pools(values: dict[str, Any]) -> list[NodePool]:
             continue
         # `infra` names the pool gpu-<gpu> for its one default group, gpu-<gpu>-<group> with --group.
         names = (f"gpu-{p.key}", f"gpu-{p.key}-{g.get('name')}") if len(groups) == 1 else (f"gpu-{p.key}-{g.get('name')}",)
-        labels: dict[str, str | None] = {**anywhere, **node_labels(p.machine_type, names[0])}
+        labels: dict[str, str | None] = {**anywhere, **node_labels(p.machine_type, names[0], p.cpu_arch)}
         labels |= gpu_node_labels(p.node_label, provisioning, str(g.get("reservationName") or ""))
         if provisioning == "reservation" and g.get("reservationProject"):
             labels["cloud.google.com/reservation-project"] = str(g["reservationProject"])
         alloc = _allocatable(p.host_vcpus, p.host_memory_gib, p.gpus_per_node)
-        pools.append(NodePool(names[0], labels, tuple(gpu_node_taints(provisioning)), alloc, names))
+        taints = gpu_node_taints(provisioning)
+        if p.cpu_arch == "arm64":  # GKE taints Arm nodes so (generator/gke/profiles.py cpu_arch)
+            taints.append(Taint("kubernetes.io/arch", "arm64", "NoSchedule"))
+        pools.append(NodePool(names[0], labels, tuple(taints), alloc, names))
     return pools
 
 
@@ -181,7 +185,8 @@ def _misses(pod: Pod, pool: NodePool, t: Tracer) -> list[Miss]:
                 key = t.map_entry(str(k), v) or key
             has, value = _label(pool, str(k))
             carried = f"carries {k}={value}" if has and value is not None else f"has no label {k}"
-            custom = not str(k).startswith(KNOWN_PREFIXES) and not has
+            # A pool of the user's own (another name) or a label they put on nodes is not known here.
+            custom = (not str(k).startswith(KNOWN_PREFIXES) and not has) or k == NODE_POOL_LABEL
             out.append(Miss(f"nodeSelector.{k}", key, f"nodeSelector {k}={v}: pool {pool.name} {carried}", custom))
     terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
         "nodeSelectorTerms"

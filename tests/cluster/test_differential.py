@@ -365,7 +365,6 @@ def judge_a(kube: Kube, ns: str, objs: list[dict[str, Any]], seen: dict[str, str
         try:
             res.create(body=body, namespace=ns if res.namespaced else None, dry_run="All")
         except ApiException as e:
-            text = str(e.body or e.reason)
             body_text = str(e.body or e.reason)
             if os.environ.get("DIFFERENTIAL_DEBUG"):
                 print("DEBUG", obj["kind"], e.status, body_text[:200])
