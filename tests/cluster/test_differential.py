@@ -143,12 +143,6 @@ def _selects(case: Case, key: str, value: str | None = None) -> bool:
 
 EXPLAINED = [
     Explained(
-        "A",
-        "a RayCluster name KubeRay refuses (a DNS-1035 label of at most 53 characters, rules/names.py and the schema): "
-        "the API server's dry run does not reach KubeRay, which refuses it when it reconciles",
-        lambda c, judged, fs: not judged and all(f.key == "fullnameOverride" for f in fs if f.level == ERROR),
-    ),
-    Explained(
         "B",
         "room kept for GKE's own DaemonSets on a GPU node (rules/resources.py): the bed's simulated nodes run none, "
         "so the scheduler binds a worker validate keeps below the node's allocatable minus that room",
