@@ -21,7 +21,8 @@ from typing import Any
 
 from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
-from generator.gke.provisioning import GPU_TAINT, TYPES, arch_taints, dranet_node_labels
+from generator.gke.provisioning import CPU_POOL_NAME, dranet_node_labels, gpu_node_labels, gpu_node_taints
+from generator.gke.provisioning import node_labels as gke_node_labels
 from generator.gke.sizing import allocatable_of as allocatable
 from generator.gke.sizing import ephemeral_allocatable_gib
 from generator.infra.options import InfraOptions
@@ -29,7 +30,6 @@ from generator.values.worker_groups import GroupSpec
 from testbed.components import CONTROL_PLANE
 
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
-CPU_POOL_NAME = "default-pool"  # `gcloud container clusters create` names the cluster's first pool so
 PODS_PER_NODE = 110  # GKE Standard's default maximum pods per node
 TOPOLOGY_BLOCK = "cloud.google.com/gce-topology-block"
 TOPOLOGY_SUBBLOCK = "cloud.google.com/gce-topology-subblock"
@@ -63,21 +63,12 @@ def node(
     region = zone.rsplit("-", 1)[0]
     all_labels = {
         "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": arch,
-        "beta.kubernetes.io/os": "linux",
-        "beta.kubernetes.io/arch": arch,
-        "node.kubernetes.io/instance-type": machine_type,
-        "beta.kubernetes.io/instance-type": machine_type,
         "topology.kubernetes.io/region": region,
         "topology.kubernetes.io/zone": zone,
         "failure-domain.beta.kubernetes.io/region": region,
         "failure-domain.beta.kubernetes.io/zone": zone,
-        "cloud.google.com/gke-nodepool": pool,
-        "cloud.google.com/machine-family": machine_type.split("-", 1)[0],
-        "cloud.google.com/gke-os-distribution": "cos",
-        "cloud.google.com/gke-boot-disk": "pd-balanced",
-    } | (labels or {})
+    }
+    all_labels |= gke_node_labels(machine_type, pool, arch) | (labels or {})
     capacity = {
         "cpu": str(vcpus),
         "memory": _ki(memory_gib),
@@ -112,19 +103,16 @@ def gpu_pool(o: InfraOptions, group: GroupSpec, first_block: int = 0, dranet: bo
     """The nodes of one GPU pool at its full size (the autoscaler's maximum); `dranet`: a pool
     created with --accelerator-network-profile=auto."""
     p = profile(o.gpu)
-    kind = TYPES[group.provisioning]
     pool = o.pool_name(group)
-    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in (GPU_TAINT, *kind.taints, *arch_taints(p.cpu_arch))]
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in gpu_node_taints(group.provisioning, p.cpu_arch)]
     out = []
     for i in range(group.replicas):
         name = f"gke-{o.cluster}-{pool}-{i}"
-        labels = {
-            "cloud.google.com/gke-accelerator": p.node_label,
-            "cloud.google.com/gke-gpu-driver-version": "latest",  # the pool's --accelerator gpu-driver-version
+        labels = gpu_node_labels(p.node_label, group.provisioning, group.reservation) | {
             TOPOLOGY_BLOCK: f"block-{first_block}",
             TOPOLOGY_SUBBLOCK: f"block-{first_block}-sub-{i // NODES_PER_SUBBLOCK}",
             TOPOLOGY_HOST: f"host-{pool}-{i}",
-        } | kind.node_labels(group.reservation)
+        }
         if dranet:
             labels |= dranet_node_labels()
         out.append(

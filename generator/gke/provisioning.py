@@ -122,3 +122,52 @@ TYPES: dict[str, ProvisioningType] = {
     )
 }
 PROVISIONING = tuple(TYPES)
+
+
+# --- the nodes of a pool, as GKE registers them -----------------------------------------------
+# Kubernetes' well-known labels (kubernetes.io/docs/reference/labels-annotations-taints/) and GKE's
+# node labels ("About node labels", GKE documentation). A value of None stands for one the cluster
+# decides (a zone, a host name): any value matches it.
+
+CPU_POOL_NAME = "default-pool"  # `gcloud container clusters create` names the cluster's first pool so
+GPU_DRIVER_VERSION = "latest"  # the infra script's --accelerator gpu-driver-version (generator/infra/steps.py)
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+ANY_VALUE_LABELS = (
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "cloud.google.com/gce-topology-block",
+    "cloud.google.com/gce-topology-subblock",
+    "cloud.google.com/gce-topology-host",
+)
+
+
+def node_labels(machine_type: str, pool: str, arch: str = "amd64") -> dict[str, str]:
+    """The labels every GKE node carries, from its machine type and pool (those the cluster picks aside)."""
+    return {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": arch,
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": arch,
+        "node.kubernetes.io/instance-type": machine_type,
+        "beta.kubernetes.io/instance-type": machine_type,
+        NODE_POOL_LABEL: pool,
+        "cloud.google.com/machine-family": machine_type.split("-", 1)[0],
+        "cloud.google.com/gke-os-distribution": "cos",
+        "cloud.google.com/gke-boot-disk": "pd-balanced",
+    }
+
+
+def gpu_node_labels(accelerator_label: str, provisioning: str, reservation: str = "") -> dict[str, str]:
+    """What a GPU node adds to `node_labels`: its accelerator, driver and provisioning type's labels."""
+    return {ACCELERATOR_LABEL: accelerator_label, DRIVER_LABEL: GPU_DRIVER_VERSION} | TYPES[provisioning].node_labels(reservation)
+
+
+def gpu_node_taints(provisioning: str, cpu_arch: str = "amd64") -> list[Taint]:
+    """The taints of a GPU node of this provisioning type and CPU architecture: the GPU taint,
+    the type's, then the architecture's (`arch_taints`)."""
+    return [GPU_TAINT, *TYPES[provisioning].taints, *arch_taints(cpu_arch)]

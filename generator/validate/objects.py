@@ -379,6 +379,7 @@ class Rendering:
         from generator.helm.runner import HelmMissing, default_helm
 
         self.values = values
+        self.objects: list[dict[str, Any]] = []  # what Helm rendered, once `findings` has run
         self.problem: Finding | None = None
         self.proc: subprocess.Popen[str] | None = None
         try:
@@ -401,7 +402,8 @@ class Rendering:
         self._tmp.cleanup()
         if self.proc.returncode != 0:
             return [chart_failure((err or out).strip(), self.values)]
-        return check_objects(parse_documents(out), self.values)
+        self.objects = parse_documents(out)
+        return check_objects(self.objects, self.values)
 
 
 def render_findings(values: dict[str, Any], release: str) -> list[Finding]:

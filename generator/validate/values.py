@@ -33,6 +33,13 @@ def validate_values(
     doc: Any, release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset(), *, objects: bool = True
 ) -> list[Finding]:
     """The schema; then the rules on the values and (with `objects`) on every object the chart renders."""
+    return validate_rendered(doc, release_name, set_file_keys, objects=objects)[0]
+
+
+def validate_rendered(
+    doc: Any, release_name: str = "nemo-rl", set_file_keys: frozenset[str] = frozenset(), *, objects: bool = True
+) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """validate_values' findings, and the objects Helm rendered for them ([] when it could not)."""
     doc = with_helm_keys(doc)
     rendering = None
     if objects and isinstance(doc, dict):
@@ -41,14 +48,22 @@ def validate_values(
         rendering = Rendering(doc, release_name)  # Helm renders while the schema and the rules run
     schema = [error(e.path, e.message, e.fix) for e in iter_errors(doc)]
     if schema:
-        if rendering is not None and rendering.proc is not None:
-            rendering.proc.communicate()
-        return schema
+        if rendering is not None:
+            rendering.findings()
+        return schema, rendering.objects if rendering is not None else []
     findings = run_checks(doc, release_name, set_file_keys)
-    if rendering is not None:
-        named = {f.key for f in findings}
-        findings += [f for f in rendering.findings() if f.key not in named]
-    return findings
+    if rendering is None:
+        return findings, []
+    from generator.validate import api_rules, scheduling
+
+    found = rendering.findings()
+    found += api_rules.check(rendering.objects, doc) + scheduling.check(rendering.objects, doc)
+    named = {f.key for f in findings}
+    for f in found:
+        if f.key not in named:
+            named.add(f.key)
+            findings.append(f)
+    return findings, rendering.objects
 
 
 def has_errors(findings: list[Finding], strict: bool = False) -> bool:
