@@ -393,17 +393,25 @@ class Rendering:
         args = [str(helm.path), "template", release, str(CHART_DIR), "--namespace", DEFAULT_NAMESPACE, "-f", str(path)]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=helm_env())
 
-    def findings(self) -> list[Finding]:
+    def rendered(self) -> Finding | None:
+        """Wait for Helm: the objects it rendered go to `objects`; the problem when it could not."""
         from generator.render.manifests import parse_documents
 
         if self.proc is None:
-            return [self.problem] if self.problem else []
+            return self.problem
         out, err = self.proc.communicate()
         self._tmp.cleanup()
         if self.proc.returncode != 0:
-            return [chart_failure((err or out).strip(), self.values)]
+            return chart_failure((err or out).strip(), self.values)
         self.objects = parse_documents(out)
-        return check_objects(self.objects, self.values)
+        return None
+
+    def findings(self) -> list[Finding]:
+        """The rendering's problem, else the rules on the rendered objects (values that passed the schema)."""
+        problem = self.rendered()
+        if problem is not None:
+            return [problem]
+        return check_objects(self.objects, self.values) if self.proc is not None else []
 
 
 def render_findings(values: dict[str, Any], release: str) -> list[Finding]:

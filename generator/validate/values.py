@@ -49,7 +49,7 @@ def validate_rendered(
     schema = [error(e.path, e.message, e.fix) for e in iter_errors(doc)]
     if schema:
         if rendering is not None:
-            rendering.findings()
+            rendering.rendered()  # the objects only: the rules on them assume schema-valid values
         return schema, rendering.objects if rendering is not None else []
     findings = run_checks(doc, release_name, set_file_keys)
     if rendering is None:
