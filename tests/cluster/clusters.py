@@ -209,29 +209,37 @@ def add_gpu_pools(made: Made) -> dict[str, list[str]]:
     return pools
 
 
-def installer_daemonset(namespace: str) -> dict[str, Any]:
-    """Google's NCCL RDMA installer as its manifest names and labels it, placed on GPU nodes only.
-    Its containers never run here (kwok reports them Ready)."""
-    labels = {INSTALLER_LABEL: INSTALLER}
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": ACCELERATOR_LABEL, "operator": "Exists"}]}
-    ]}}}  # fmt: skip
+def node_daemonset(
+    name: str, namespace: str, labels: dict[str, str], on_nodes: dict[str, Any], container: dict[str, str]
+) -> dict[str, Any]:
+    """A DaemonSet on the nodes one match expression selects, tolerating every taint. Its
+    containers never run here (kwok reports them Ready)."""
+    affinity = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [on_nodes]}]}}
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": INSTALLER, "namespace": namespace, "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {
-                    "affinity": affinity,
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": INSTALLER, "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib"}],
-                },
+                "spec": {"affinity": affinity, "tolerations": [{"operator": "Exists"}], "containers": [container]},
             },
         },
     }
+
+
+def installer_daemonset(namespace: str) -> dict[str, Any]:
+    """Google's NCCL RDMA installer as its manifest names and labels it, placed on GPU nodes only."""
+    return node_daemonset(
+        INSTALLER,
+        namespace,
+        {INSTALLER_LABEL: INSTALLER},
+        {"key": ACCELERATOR_LABEL, "operator": "Exists"},
+        {"name": INSTALLER, "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib"},
+    )
 
 
 def installer_namespace(values: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from clusters import Made, made_for, rendered_for, unique
+from clusters import Made, made_for, node_daemonset, rendered_for, unique
 
 from generator.cluster import report
 from generator.cluster.checks import dra as dra_check
@@ -37,26 +37,13 @@ def _check(made: Made, check: Any) -> report.Result:
 
 def _kubelet_plugin() -> dict[str, Any]:
     """A DaemonSet named and placed as the chart installs the kubelet plugin with GKE's values (kwok runs its pods)."""
-    labels = {"app": dra.KUBELET_PLUGIN}
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["nvidia-gb200"]}]}
-    ]}}}  # fmt: skip
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": dra.KUBELET_PLUGIN, "namespace": dra.NAMESPACE, "labels": labels},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "affinity": affinity,
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "compute-domains", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"}],
-                },
-            },
-        },
-    }
+    return node_daemonset(
+        dra.KUBELET_PLUGIN,
+        dra.NAMESPACE,
+        {"app": dra.KUBELET_PLUGIN},
+        {"key": LABEL, "operator": "In", "values": ["nvidia-gb200"]},
+        {"name": "compute-domains", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"},
+    )
 
 
 def _gb200_nodes(made: Made) -> list[str]:
