@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from generator.core.names import DNS_1123_SUBDOMAIN, LABEL_MAX, QUALIFIED_NAME, SUBDOMAIN_MAX
 from generator.core.paths import CHART_DIR
 from generator.core.schema import VALUES_TABLE
 from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import TYPES
 from generator.gke.sizing import parse_quantity
 from generator.helm.runner import DEFAULT_NAMESPACE, helm_env
+from generator.validate.api_rules import label_key_problem, label_value_problem, values_at
 from generator.validate.findings import Finding, error, warning
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
@@ -107,49 +107,18 @@ def _find(values: dict[str, Any], prefixes: list[str], field: str, item: Any) ->
     return None
 
 
-def _label_key_problem(key: str) -> str:
-    prefix, _, name = key.rpartition("/")
-    if not name or len(name) > LABEL_MAX or not QUALIFIED_NAME.fullmatch(name):
-        return "name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-    if prefix and (len(prefix) > SUBDOMAIN_MAX or not DNS_1123_SUBDOMAIN.fullmatch(prefix)):
-        return "prefix must be a lowercase DNS subdomain (at most 253 characters)"
-    return ""
-
-
-def _label_value_problem(value: Any) -> str:
-    text = str(value)
-    if text == "":
-        return ""
-    if len(text) > LABEL_MAX or not QUALIFIED_NAME.fullmatch(text):
-        return "must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-    return ""
-
-
 def _label_findings(labels: dict[str, Any], keys: list[str], values: dict[str, Any], what: str) -> Iterator[Finding]:
     """Label (or node selector) problems, named by the first values map in `keys` holding the label."""
     for k, val in labels.items():
-        owner = next((p for p in keys if k in (_get(values, p) or {})), None)
+        owner = next((p for p in keys if k in (values_at(values, p) or {})), None)
         if owner is None:
             continue  # the chart's own label: its tests check those
-        if problem := _label_key_problem(str(k)):
+        if problem := label_key_problem(str(k)):
             yield error(f"{owner}.{k}", f"{what} key {k!r}: the API server refuses it: {problem}", "rename the key")
-        elif problem := _label_value_problem(val):
+        elif problem := label_value_problem(str(val)):
             yield error(
                 f"{owner}.{k}", f"{what} value {str(val)[:80]!r}: the API server refuses it: {problem}", "shorten or rewrite the value"
             )
-
-
-def _get(values: dict[str, Any], dotted: str) -> Any:
-    node: Any = values
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", dotted):
-        if part.startswith("["):
-            i = int(part[1:-1])
-            node = node[i] if isinstance(node, list) and i < len(node) else None
-        else:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is None:
-            return None
-    return node
 
 
 def _tolerations(pod: Pod, values: dict[str, Any]) -> Iterator[Finding]:
