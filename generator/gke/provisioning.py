@@ -134,6 +134,14 @@ GPU_DRIVER_VERSION = "latest"  # the infra script's --accelerator gpu-driver-ver
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+
+
+def gpu_pool_name(gpu_key: str, group: str = "") -> str:
+    """The GPU node pool `infra` makes: gpu-<gpu> for its one default group (the name of earlier
+    versions), gpu-<gpu>-<group> for a group given with --group."""
+    return f"gpu-{gpu_key}-{group}" if group else f"gpu-{gpu_key}"
+
+
 ANY_VALUE_LABELS = (
     "kubernetes.io/hostname",
     "topology.kubernetes.io/region",

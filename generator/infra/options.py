@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from generator.gke import networks
 from generator.gke.profiles import profile
-from generator.gke.provisioning import DEFAULT_MODE, DEFAULT_PROVISIONING
+from generator.gke.provisioning import DEFAULT_MODE, DEFAULT_PROVISIONING, gpu_pool_name
 from generator.values.worker_groups import GroupSpec
 
 # Google's NCCL RDMA installers, pinned by commit of GoogleCloudPlatform/container-engine-accelerators:
@@ -68,8 +68,7 @@ class InfraOptions:
 
     def pool_name(self, group: GroupSpec) -> str:
         """gpu-<gpu> for the one default group (the name of earlier versions), gpu-<gpu>-<group> else."""
-        base = f"gpu-{profile(self.gpu).key}"
-        return base if not self.groups else f"{base}-{group.name}"
+        return gpu_pool_name(profile(self.gpu).key, group.name if self.groups else "")
 
 
 def reservation_name(reservation: str) -> str:

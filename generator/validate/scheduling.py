@@ -36,6 +36,7 @@ from generator.gke.provisioning import (
     dranet_node_labels,
     gpu_node_labels,
     gpu_node_taints,
+    gpu_pool_name,
     node_labels,
 )
 from generator.gke.sizing import allocatable_of, ephemeral_allocatable_gib, parse_quantity
@@ -81,8 +82,9 @@ def node_pools(values: dict[str, Any]) -> list[NodePool]:
         provisioning = str(g.get("provisioning"))
         if provisioning not in TYPES:
             continue
-        # `infra` names the pool gpu-<gpu> for its one default group, gpu-<gpu>-<group> with --group.
-        names = (f"gpu-{p.key}", f"gpu-{p.key}-{g.get('name')}") if len(groups) == 1 else (f"gpu-{p.key}-{g.get('name')}",)
+        # One group: `infra` made it without --group (the default pool) or with it.
+        named = gpu_pool_name(p.key, str(g.get("name")))
+        names = (gpu_pool_name(p.key), named) if len(groups) == 1 else (named,)
         labels: dict[str, str | None] = {**anywhere, **node_labels(p.machine_type, names[0], p.cpu_arch)}
         labels |= gpu_node_labels(p.node_label, provisioning, str(g.get("reservationName") or ""))
         if provisioning == "reservation" and g.get("reservationProject"):
