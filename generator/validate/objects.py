@@ -95,12 +95,8 @@ def pod_templates(objs: list[dict[str, Any]]) -> Iterator[Pod]:
 def _find(values: dict[str, Any], prefixes: list[str], field: str, item: Any) -> str | None:
     """The values key `prefix.field[i]` whose entry equals `item` (a rendered toleration, an env entry)."""
     for prefix in prefixes:
-        node: Any = values
-        for part in re.findall(r"[^.\[\]]+|\[\d+\]", prefix):
-            node = node[int(part[1:-1])] if part.startswith("[") else (node or {}).get(part)
-            if node is None:
-                break
-        entries = (node or {}).get(field) if isinstance(node, dict) else None
+        node = values_at(values, prefix)
+        entries = node.get(field) if isinstance(node, dict) else None
         for i, e in enumerate(entries or []):
             if e == item:
                 return f"{prefix}.{field}[{i}]"
