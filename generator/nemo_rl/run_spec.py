@@ -61,7 +61,6 @@ class ModelPreset:
     prompts_per_step: int
     generations_per_prompt: int
     max_steps: int
-    default_generation_fraction: float  # share of nodes for dedicated generation (0: colocated)
     # How the recipe splits a rank's batch into micro-batches (policy.sequence_packing.enabled,
     # policy.dynamic_batching.enabled of its merged config, the same at v0.5.0-v0.7.0): PLAIN,
     # SEQUENCE_PACKING or DYNAMIC_BATCHING. Only PLAIN asserts whole micro-batches per rank.
@@ -92,8 +91,10 @@ class ModelPreset:
 
 MODELS: dict[str, ModelPreset] = {
     # The tutorial's run: Gemma 3 27B, training TP 8, 16 prompts x 64 generations, 300 steps. vLLM
-    # TP 4 as NeMo RL's own recipe (grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml, v0.5.0-v0.7.0:
-    # policy.generation.vllm_cfg.tensor_parallel_size 4): two engines per generation node.
+    # TP 4 and colocated generation as NeMo RL's own recipe (grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml,
+    # v0.5.0-v0.7.0: policy.generation.vllm_cfg.tensor_parallel_size 4; colocated.enabled true from
+    # grpo_math_1B.yaml): two engines per node. The seed tutorial's split (1 vLLM node, 1 training
+    # node) is --generation-nodes 1.
     "gemma3-27b": ModelPreset(
         key="gemma3-27b",
         model="google/gemma-3-27b-it",
@@ -106,7 +107,6 @@ MODELS: dict[str, ModelPreset] = {
         prompts_per_step=16,
         generations_per_prompt=64,
         max_steps=300,
-        default_generation_fraction=0.5,
         recipe_logprob_batch_sizes=(("v0.5.0", 2), ("v0.6.0", 4), ("v0.7.0", 4)),
         batching=PLAIN,  # the recipe sets sequence_packing.enabled false; dynamic_batching false (base)
         # NeMo RL's recipe for 4-GPU nodes (v0.5.0-v0.7.0): training TP 4, vLLM TP 2.
@@ -124,7 +124,6 @@ MODELS: dict[str, ModelPreset] = {
         prompts_per_step=32,
         generations_per_prompt=16,
         max_steps=20,
-        default_generation_fraction=0.0,
         batching=DYNAMIC_BATCHING,  # the 1n8g recipe (the 1n4g one inherits it): dynamic_batching.enabled true
         scales_with_dp=True,
         by_gpus_per_node=((4, "examples/configs/recipes/llm/grpo-llama3.2-1b-instruct-1n4g-fsdp2tp1.v3.yaml", 1, 1),),
@@ -142,17 +141,23 @@ MODELS: dict[str, ModelPreset] = {
         prompts_per_step=32,
         generations_per_prompt=16,
         max_steps=20,
-        default_generation_fraction=0.0,
         batching=SEQUENCE_PACKING,  # grpo_math_1B.yaml: sequence_packing.enabled True
         scales_with_dp=True,
     ),
 }
 DEFAULT_MODEL = "gemma3-27b"
 
-# vLLM's share of GPU memory: most of it on dedicated generation GPUs (the tutorial's 0.9), the
-# recipes' 0.6 when generation shares the GPUs with training.
+# Where vLLM runs when the user does not say: colocated with training, as every preset's recipe at
+# v0.5.0-v0.7.0 (policy.generation.colocated.enabled true, from examples/configs/grpo_math_1B.yaml,
+# which the Gemma 3 27B and Llama 3.2 1B recipes inherit), with the recipes' vLLM memory share
+# (policy.generation.vllm_cfg.gpu_memory_utilization 0.6, the same file). Dedicated generation GPUs
+# (--generation-nodes N) get most of their memory for vLLM (the seed tutorial's 0.9).
 VLLM_MEMORY_DEDICATED = 0.9
 VLLM_MEMORY_COLOCATED = 0.6
+# --async without --generation-nodes: NeMo RL's async GRPO needs dedicated generation, so the
+# generator takes the seed tutorial's split, half the nodes for vLLM (1 of 2; on one node, half its
+# GPUs where both TP sizes fit, _split_one_node).
+ASYNC_GENERATION_SHARE = 0.5
 
 # Model families whose Hugging Face repositories are gated (need an accepted licence + token).
 GATED_PREFIXES = ("google/gemma", "meta-llama/", "mistralai/")
@@ -176,7 +181,7 @@ class RunChoices:
     model: str = DEFAULT_MODEL
     nodes: int = 2
     gpus_per_node: int = 8
-    generation_nodes: int | None = None  # None: the model's default; 0: colocated
+    generation_nodes: int | None = None  # None: colocated as the recipe (a split with --async); 0: colocated
     max_steps: int | None = None
     prompts_per_step: int | None = None
     generations_per_prompt: int | None = None
@@ -189,12 +194,19 @@ class RunChoices:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def generation_nodes(choices: RunChoices, preset: ModelPreset) -> int:
+def generation_nodes(choices: RunChoices) -> int:
+    """Nodes for vLLM: as asked; else 0 (colocated, as the recipes); with --async, which needs
+    dedicated generation, half the nodes (at least 1; on one node, 1 splits the node)."""
     if choices.generation_nodes is not None:
         return choices.generation_nodes
-    if choices.nodes < 2 or preset.default_generation_fraction == 0:
-        return 0
-    return max(1, int(choices.nodes * preset.default_generation_fraction))
+    if choices.async_grpo:
+        return max(1, int(choices.nodes * ASYNC_GENERATION_SHARE))
+    return 0
+
+
+def _asked_split(choices: RunChoices, gen_nodes: int) -> str:
+    """The option that chose the split, for its messages."""
+    return f"--generation-nodes {gen_nodes}" if choices.generation_nodes is not None else "--async"
 
 
 def per_rank_multiple(preset: ModelPreset) -> int:
@@ -257,19 +269,28 @@ def _placement(choices: RunChoices, preset: ModelPreset, gen_nodes: int) -> _Spl
     if gen_nodes < 0:
         raise SpecError("--generation-nodes must be >= 0")
     gpn = choices.gpus_per_node
+    asked = _asked_split(choices, gen_nodes)
     if choices.nodes == 1 and gen_nodes == 1:
         gen_gpus = _split_one_node(gpn, preset)
         if gen_gpus is None:
+            fix = "drop --async" if asked == "--async" else "--generation-nodes 0 (colocated)"
             raise SpecError(
-                f"--generation-nodes 1 on one node: {preset.key}'s training TP {preset.train_tp} and vLLM TP {preset.vllm_tp} "
-                f"do not both fit in {gpn} GPUs - use --nodes 2, or --generation-nodes 0 (colocated)"
+                f"{asked} on one node: {preset.key}'s training TP {preset.train_tp} and vLLM TP {preset.vllm_tp} "
+                f"do not both fit in {gpn} GPUs - use --nodes 2, or {fix}"
             )
         placed = placement(1, gpn, colocated=False, generation_nodes=None, generation_gpus_per_node=gen_gpus)
-        note = f"one node split: {gen_gpus} GPUs for vLLM generation, {gpn - gen_gpus} for training (--generation-nodes 1 on 1 node)"
+        note = f"one node split: {gen_gpus} GPUs for vLLM generation, {gpn - gen_gpus} for training ({asked} on 1 node)"
         return _Split(placed, gen_gpus, (note,))
     placed = dedicated(choices.nodes, gpn, gen_nodes)
     if placed.issues:
         raise SpecError(f"--generation-nodes {gen_nodes} leaves no node for training out of {choices.nodes}")
+    if gen_nodes and asked == "--async":
+        note = (
+            f"policy.generation.colocated.enabled false (recipe true): --async needs dedicated generation (NeMo RL's "
+            f"async_grpo_train asserts it), so {gen_nodes} of {choices.nodes} nodes run vLLM, the seed tutorial's half; "
+            "set --generation-nodes to choose"
+        )
+        return _Split(placed, notes=(note,))
     return _Split(placed)
 
 
@@ -433,7 +454,7 @@ def _micro_notes(choices: RunChoices, preset: ModelPreset) -> tuple[str, ...]:
 
 def layout(choices: RunChoices) -> Layout:
     preset = _preset(choices)
-    split = _placement(choices, preset, generation_nodes(choices, preset))
+    split = _placement(choices, preset, generation_nodes(choices))
     batches = _batches(choices, preset, split.placed.train_gpus)
     return Layout(split, batches, _epochs(choices, preset, batches), _micro_notes(choices, preset))
 
@@ -550,7 +571,7 @@ def async_overrides(choices: RunChoices, rel: NemoRlRelease, gen_nodes: int, spl
 def build_spec(choices: RunChoices, rel: NemoRlRelease) -> dict[str, Any]:
     """The `grpo` section of the values file."""
     preset = _preset(choices)
-    gen_nodes = generation_nodes(choices, preset)
+    gen_nodes = generation_nodes(choices)
     chosen = layout(choices)
     name = run_name(choices, preset)
     outputs, output_additions = _output_overrides(choices, name)

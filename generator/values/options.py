@@ -77,7 +77,7 @@ GENERATE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--model", "model preset; default the tutorial's gemma3-27b", choices=lambda: tuple(grpo.MODELS), section=RUN, header=8),
     OptionSpec(
         "--generation-nodes",
-        "nodes dedicated to vLLM generation; 0 = colocated",
+        "nodes dedicated to vLLM generation; default 0, colocated as the model's NeMo RL recipe (1 on 2 nodes: the seed tutorial's split)",
         type=int_range("--generation-nodes", 0, MAX_COUNT),
         section=RUN,
         header=9,
@@ -95,7 +95,8 @@ GENERATE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "--async",
         "asynchronous GRPO: generation runs ahead on the dedicated generation nodes while training trains "
-        "(importance-sampling correction on, trajectories at most 1 step old); needs --generation-nodes >= 1",
+        "(importance-sampling correction on, trajectories at most 1 step old); without --generation-nodes, half "
+        "the nodes run vLLM",
         field="async_grpo",
         switch=True,
         section=RUN,

@@ -141,11 +141,16 @@ def test_rendered_command_passes_the_override_check(helm4, tag, model, nodes, ge
         assert cfg["cluster"]["segment_size"] is None
 
 
-def test_seed_run_renders_as_the_tutorial_topology(helm4):
-    """gemma3-27b, 2 nodes x 8 GPUs, 16 prompts x 64 generations, 300 steps, 1 generation node, training
-    TP 8, vLLM TP 4 (NeMo RL's Gemma 3 27B recipe: two engines on the generation node)."""
+@pytest.mark.parametrize(
+    ("gen_nodes", "colocated", "resources", "memory"),
+    [(None, True, None, 0.6), (1, False, {"num_nodes": 1, "gpus_per_node": 8}, 0.9)],
+)
+def test_seed_run_renders_as_the_tutorial_topology(helm4, gen_nodes, colocated, resources, memory):
+    """gemma3-27b, 2 nodes x 8 GPUs, 16 prompts x 64 generations, 300 steps, training TP 8, vLLM TP 4
+    (NeMo RL's Gemma 3 27B recipe); by default colocated with the recipe's vLLM memory share, as the
+    recipe; with --generation-nodes 1 the seed tutorial's split (one vLLM node with two engines)."""
     for tag in ("v0.5.0", "v0.7.0"):
-        objs = render(helm4, [values_for("h200", release=tag)])
+        objs = render(helm4, [values_for("h200", release=tag, generation_nodes=gen_nodes)])
         spec = launch_spec(objs)
         cfg = apply_overrides(
             recipe_config(tag, parse_entrypoint(spec["entrypoint"]).recipe), parse_entrypoint(spec["entrypoint"]).overrides
@@ -157,8 +162,9 @@ def test_seed_run_renders_as_the_tutorial_topology(helm4):
             300,
         )
         gen = cfg["policy"]["generation"]
-        assert gen["colocated"]["enabled"] is False
-        assert gen["colocated"]["resources"] == {"num_nodes": 1, "gpus_per_node": 8}
+        assert gen["colocated"]["enabled"] is colocated
+        assert gen["colocated"]["resources"] == (resources or {"num_nodes": None, "gpus_per_node": None})
+        assert gen["vllm_cfg"]["gpu_memory_utilization"] == memory
         assert gen["vllm_cfg"]["tensor_parallel_size"] == 4 and cfg["policy"]["dtensor_cfg"]["tensor_parallel_size"] == 8
         assert spec["expected_gpus"] == 16
 
@@ -306,10 +312,12 @@ def test_the_note_is_in_the_files_header():
 
 
 def test_generation_placement_defaults():
-    assert overrides(values_for(nodes=1))["policy.generation.colocated.enabled"] is True
-    o = overrides(values_for(nodes=16))
+    # Colocated at every node count, as each preset's recipe; half the nodes for vLLM with --async.
+    for model, nodes in (("gemma3-27b", 1), ("gemma3-27b", 16), ("qwen2.5-1.5b", 4)):
+        o = overrides(values_for(model=model, nodes=nodes))
+        assert o["policy.generation.colocated.enabled"] is True and "policy.generation.colocated.resources.num_nodes" not in o
+    o = overrides(values_for(nodes=16, async_grpo=True))
     assert o["policy.generation.colocated.resources.num_nodes"] == 8
-    assert overrides(values_for(model="qwen2.5-1.5b", nodes=4))["policy.generation.colocated.enabled"] is True
 
 
 def test_gated_models():

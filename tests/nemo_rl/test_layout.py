@@ -54,9 +54,8 @@ def test_presets_hold_their_recipes_figures_at_every_release(tag, model):
         assert batching_of(cfg) == p.batching, (gpn, p.recipe)
         assert cfg["policy"]["dtensor_cfg"]["tensor_parallel_size"] == p.train_tp
         assert cfg["policy"]["train_micro_batch_size"] == p.train_micro_batch_size
-        if p.default_generation_fraction or cfg["policy"]["generation"]["vllm_cfg"]["tensor_parallel_size"] != 1:
-            # The Gemma 3 27B recipes: vLLM TP 4 on 8-GPU nodes, 2 on 4-GPU nodes.
-            assert cfg["policy"]["generation"]["vllm_cfg"]["tensor_parallel_size"] == p.vllm_tp
+        # The Gemma 3 27B recipes: vLLM TP 4 on 8-GPU nodes, 2 on 4-GPU nodes; 1 for the 1-2B models.
+        assert cfg["policy"]["generation"]["vllm_cfg"]["tensor_parallel_size"] == p.vllm_tp
         logprob = cfg["policy"]["logprob_batch_size"]
         if isinstance(logprob, int) and logprob != p.train_micro_batch_size:
             assert dict(p.recipe_logprob_batch_sizes)[tag] == logprob
@@ -160,7 +159,7 @@ def test_every_note_goes_to_the_header_and_stderr(capsys, tmp_path):
 
 @pytest.mark.parametrize("tag", TAGS)
 def test_async_turns_on_async_grpo_with_what_nemo_rl_asserts(tag):
-    opts = Options(gpu="h200", release=tag, async_grpo=True)  # the seed: 1 node of vLLM, 1 of training
+    opts = Options(gpu="h200", release=tag, async_grpo=True)  # half the 2 nodes for vLLM, as the seed
     spec = build(opts)["grpo"]
     cfg = apply_overrides(recipe(tag, spec["recipe"]), spec["overrides"])
     g, gen = cfg["grpo"], cfg["policy"]["generation"]
@@ -173,6 +172,56 @@ def test_async_turns_on_async_grpo_with_what_nemo_rl_asserts(tag):
     assert gen["colocated"]["enabled"] is False
     assert g["async_grpo"]["max_trajectory_age_steps"] == 1
     assert "async_grpo" not in str(build(Options(gpu="h200", release=tag))["grpo"]["overrides"])
+
+
+@pytest.mark.parametrize("tag", TAGS)
+@pytest.mark.parametrize("model", sorted(grpo.MODELS))
+@pytest.mark.parametrize("gpu", ["h200", "gb200"])
+def test_the_default_layout_is_the_recipes_own_and_generation_nodes_gives_the_seeds_split(tag, model, gpu):
+    """Without --generation-nodes the run places vLLM as the release's recipe for the model does
+    (colocated, its memory share and TP); --generation-nodes 1 on 2 nodes is the seed's split."""
+    spec = build(Options(gpu=gpu, model=model, release=tag))["grpo"]
+    own = recipe(tag, spec["recipe"])["policy"]["generation"]
+    written = apply_overrides(recipe(tag, spec["recipe"]), spec["overrides"])["policy"]["generation"]
+    assert written["colocated"]["enabled"] is own["colocated"]["enabled"] is True
+    assert written["vllm_cfg"]["gpu_memory_utilization"] == own["vllm_cfg"]["gpu_memory_utilization"] == 0.6
+    assert written["vllm_cfg"]["tensor_parallel_size"] == own["vllm_cfg"]["tensor_parallel_size"]
+    assert not [n for n in layout_notes(Options(gpu=gpu, model=model, release=tag)) if "colocated" in n]
+    seed = build(Options(gpu=gpu, model=model, release=tag, nodes=2, generation_nodes=1))["grpo"]
+    gen = apply_overrides(recipe(tag, seed["recipe"]), seed["overrides"])["policy"]["generation"]
+    assert gen["colocated"]["enabled"] is False and gen["colocated"]["resources"]["num_nodes"] == 1
+    assert gen["vllm_cfg"]["gpu_memory_utilization"] == grpo.VLLM_MEMORY_DEDICATED
+
+
+@pytest.mark.parametrize(
+    ("nodes", "model", "gen_nodes", "gen_gpus"),
+    [(2, "gemma3-27b", 1, 8), (8, "gemma3-27b", 4, 8), (1, "qwen2.5-1.5b", None, 4)],
+)
+def test_async_without_generation_nodes_takes_half_and_says_so(nodes, model, gen_nodes, gen_gpus):
+    opts = Options(gpu="h200", nodes=nodes, model=model, async_grpo=True)
+    o = overrides(build(opts)["grpo"])
+    assert o["policy.generation.colocated.enabled"] is False and o["grpo.async_grpo.enabled"] is True
+    assert o["policy.generation.colocated.resources.num_nodes"] == gen_nodes
+    assert o["policy.generation.colocated.resources.gpus_per_node"] == gen_gpus
+    notes = layout_notes(opts)
+    if nodes == 1:
+        assert "one node split: 4 GPUs for vLLM generation, 4 for training (--async on 1 node)" in notes
+    else:
+        assert (
+            "policy.generation.colocated.enabled false (recipe true): --async needs dedicated generation (NeMo RL's "
+            f"async_grpo_train asserts it), so {gen_nodes} of {nodes} nodes run vLLM, the seed tutorial's half; "
+            "set --generation-nodes to choose"
+        ) in notes
+    # An explicit split is the user's: no note about it.
+    assert not [n for n in layout_notes(replace(opts, generation_nodes=1)) if "colocated" in n]
+
+
+def test_async_on_one_node_that_cannot_be_split_is_one_line_naming_async(capsys):
+    assert main(["--gpu", "h200", "--nodes", "1", "--async", "-o", "/dev/null", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: --async on one node: gemma3-27b's training TP 8 and vLLM TP 4 do not both fit in 8 GPUs - use --nodes 2, or drop --async\n"
+    )
 
 
 def test_async_is_refused_where_nemo_rl_refuses_it(capsys):
