@@ -1,7 +1,7 @@
 """GPU-node-hours billed while no training runs, per example, before and after GPU pools from zero
 and GPU workers released at the run's end (issue 15).
 
-    .venv/bin/python benchmarks/gpu_idle.py        # the markdown table in the README
+    .venv/bin/python benchmarks/gpu_idle.py        # the markdown tables in the README
 
 A model, not a measurement: GKE cannot run here. Every duration is an assumption stated in
 ASSUMPTIONS (with where it comes from); the node counts and provisioning types are read from the
@@ -109,8 +109,85 @@ def assumptions() -> str:
     return "\n".join(f"- `{k}`: {m.value:.3g} min: {m.why}" for k, m in ASSUMPTIONS.items()) + "\n"
 
 
+# --- Where vLLM runs: the tutorial's run in three layouts ---------------------------------------
+#
+# The order of NeMo RL's loops (nemo_rl/algorithms/grpo.py at v0.5.0-v0.7.0): `grpo_train` generates,
+# then computes logprobs, then trains, one after the other; `async_grpo_train` generates the next
+# step's samples on the generation GPUs while the training GPUs train. A step is W node-minutes of
+# work (the seed's step time on one node per phase), a share `gen` of it generation. Every phase is
+# assumed to scale linearly with its GPUs. Then, on N nodes (n for vLLM where it has its own):
+# - split, synchronous (the seed, n = N/2): a step takes gen*W/n + (1-gen)*W/(N-n); each node idles
+#   while the other phase runs: with n = N/2 exactly half the billed GPU time, whatever `gen` is;
+# - colocated, synchronous (NeMo RL's recipe): both phases on all N nodes, W/N plus the switch
+#   between them (vLLM to sleep, the training state back, weights refit), SWITCH minutes each step;
+# - split, asynchronous: the phases overlap, a step takes the longer, max(gen*W/n, (1-gen)*W/(N-n)).
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    step_minutes: float
+    busy_node_minutes: float  # work done per step
+    nodes: int
+
+    @property
+    def idle(self) -> float:
+        """Share of the billed GPU time in which the GPUs do no work, per step."""
+        return 1 - self.busy_node_minutes / (self.nodes * self.step_minutes)
+
+
+LAYOUT_ASSUMPTIONS: dict[str, Minutes] = {
+    "step_work": Minutes(4, "one step of the tutorial's run with a node per phase: the README's assumed 3-5 minutes, midpoint"),
+    "switch": Minutes(0.5, "colocated, per step: vLLM sleep and wake, training state off and on the GPUs, in-node refit (not measured)"),
+}
+GENERATION_SHARES = (0.5, 0.7)  # generation's share of a step's work (not measured here: a range)
+
+
+def tutorial_run() -> tuple[int, int]:
+    """(GPU nodes, steps) of examples/tutorial-h200.yaml."""
+    values = yaml.safe_load((ROOT / "examples" / "tutorial-h200.yaml").read_text(encoding="utf-8"))
+    nodes = sum(g["replicas"] for g in values["workerGroups"])
+    steps = next(int(a.split("=", 1)[1]) for a in values["grpo"]["overrides"] if a.startswith("grpo.max_num_steps="))
+    return nodes, steps
+
+
+def layouts(nodes: int, gen: float, work: float | None = None, switch: float | None = None) -> list[Layout]:
+    w = LAYOUT_ASSUMPTIONS["step_work"].value if work is None else work
+    s = LAYOUT_ASSUMPTIONS["switch"].value if switch is None else switch
+    n = max(1, nodes // 2)
+    g, t = gen * w / n, (1 - gen) * w / (nodes - n)
+    return [
+        Layout(f"split {n}+{nodes - n}, synchronous (the seed)", g + t, w, nodes),
+        Layout(f"colocated on {nodes} (NeMo RL's recipe, the default)", w / nodes + s, w, nodes),
+        Layout(f"split {n}+{nodes - n}, asynchronous (`--async`)", max(g, t), w, nodes),
+    ]
+
+
+def layouts_table() -> str:
+    """Per layout: step time, idle share of the billed GPU time and GPU-node-hours of the run, each
+    as 'at the first generation share / at the second'."""
+    nodes, steps = tutorial_run()
+    shares = " / ".join(f"{g:.0%}" for g in GENERATION_SHARES)
+    rows = [
+        f"| Layout ({nodes} nodes; generation {shares} of a step's work) | Step, minutes | GPU time idle | GPU-node-hours, {steps} steps |",
+        "|---|---|---|---|",
+    ]
+    by_share = [layouts(nodes, g) for g in GENERATION_SHARES]
+    for i, first in enumerate(by_share[0]):
+        cells = (
+            " / ".join(f"{ls[i].step_minutes:.1f}" for ls in by_share),
+            " / ".join(f"{ls[i].idle:.0%}" for ls in by_share),
+            " / ".join(f"{ls[i].step_minutes * nodes * steps / 60:.0f}" for ls in by_share),
+        )
+        rows.append(f"| {first.name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def main() -> int:
     sys.stdout.write(table() + "\nAssumptions (minutes per GPU node):\n" + assumptions())
+    nodes, steps = tutorial_run()
+    sys.stdout.write(f"\nThe tutorial's run ({nodes} nodes, {steps} steps) by where vLLM runs:\n" + layouts_table())
+    sys.stdout.write("Assumptions:\n" + "\n".join(f"- `{k}`: {m.value:.3g} min: {m.why}" for k, m in LAYOUT_ASSUMPTIONS.items()) + "\n")
     return 0
 
 
