@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,10 @@ def test_tutorial_topology_and_settings(tmp_values: Path) -> None:
     _, rendered, _ = render(Request(write(tmp_values, "topology", values)))
     assert [(n.name, n.cpus, n.gpus) for n in rendered.nodes] == [("head", 6, 0), ("gpu-0", 215, 8), ("gpu-1", 215, 8)]
     s = settings("v0.7.0", rendered.launch_spec["entrypoint"])
+    # Colocated, as NeMo RL's Gemma 3 27B recipe; --generation-nodes 1 is the seed tutorial's split.
+    assert (s.num_nodes, s.gpus_per_node, s.colocated, s.generation_nodes, s.math_workers) == (2, 8, True, None, 8)
+    _, seed, _ = render(Request(write(tmp_values, "topology-seed", build(Options(gpu="h200", generation_nodes=1)))))
+    s = settings("v0.7.0", seed.launch_spec["entrypoint"])
     assert (s.num_nodes, s.gpus_per_node, s.colocated, s.generation_nodes, s.math_workers) == (2, 8, False, 1, 8)
     assert s.venv_reservation_skips_cpuless_nodes
     _, old, _ = render(Request(write(tmp_values, "topology-v050", build(Options(gpu="h200", release="v0.5.0")))))
@@ -202,19 +207,29 @@ def tutorial(tmp_values: Path) -> Iterator[LocalCluster]:
     yield from start_cluster(write(tmp_values, "tutorial", build(Options(gpu="h200"))))
 
 
+# The seed tutorial's split (1 vLLM node, 1 training node): the tests of dedicated generation.
+SEED_SPLIT = Options(gpu="h200", generation_nodes=1)
+# Placement groups NeMo RL's grpo.setup asks for (placement.py): colocated, one cluster over both
+# nodes with 2 CPUs a GPU; the seed's split, a training and a generation cluster of a node each.
+GROUPS = {
+    None: ("grpo_policy_cluster-node0: 8 x {CPU: 2, GPU: 1}", "grpo_policy_cluster-node1: 8 x {CPU: 2, GPU: 1}"),
+    1: ("grpo_train_cluster-node0: 8 x {CPU: 1, GPU: 1}", "grpo_inference_cluster-node0: 8 x {CPU: 1, GPU: 1}"),
+}
+
+
 @pytest.mark.ray
 class TestOnTheTutorialsTopology:
-    @pytest.mark.parametrize("release", ["v0.7.0", "v0.5.0"])
-    def test_the_tutorial_run_rehearses_green(self, tutorial: LocalCluster, tmp_values: Path, release: str) -> None:
-        path = write(tmp_values, f"tutorial-{release}", build(Options(gpu="h200", release=release)))
+    @pytest.mark.parametrize(("release", "gen_nodes"), [("v0.7.0", None), ("v0.5.0", None), ("v0.7.0", 1)])
+    def test_the_tutorial_run_rehearses_green(self, tutorial: LocalCluster, tmp_values: Path, release: str, gen_nodes: int | None) -> None:
+        values = build(Options(gpu="h200", release=release, generation_nodes=gen_nodes))
+        path = write(tmp_values, f"tutorial-{release}-{gen_nodes}", values)
         rc, out = run_in(tutorial, path)
         assert rc == 0, out
         recipe = "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n8g-fsdp2tp8-actckpt-long.yaml"
         for line in (
             f"rehearse: run settings ({release}/{recipe} + overrides): cluster.num_nodes 2 x 8 GPUs",
             f"[stand-in] NeMo RL {release} resource requests",
-            "[stand-in]   placement group grpo_train_cluster-node0: 8 x {CPU: 1, GPU: 1} PACK -> placed on gpu-",
-            "[stand-in]   placement group grpo_inference_cluster-node0: 8 x {CPU: 1, GPU: 1} PACK -> placed on gpu-",
+            *(f"[stand-in]   placement group {group} PACK -> placed on gpu-" for group in GROUPS[gen_nodes]),
             "[stand-in] math environment: 9 actors running: placed",
             "[stand-in] step 3/3: checkpoint written:",
             "rehearse: PASS: every resource request was placed",
@@ -230,7 +245,7 @@ class TestOnTheTutorialsTopology:
         assert all(re.match(r"step \d/3: step time \d+\.\d s", p) for p in progress), progress
 
     def test_more_nodes_than_worker_replicas_times_out_like_nemo_rl(self, tutorial: LocalCluster, tmp_values: Path) -> None:
-        path = write(tmp_values, "three-nodes", with_override(build(Options(gpu="h200")), "cluster.num_nodes", "3"))
+        path = write(tmp_values, "three-nodes", with_override(build(SEED_SPLIT), "cluster.num_nodes", "3"))
         rc, out = run_in(tutorial, path)
         assert rc == 1, out
         # The train cluster (2 nodes) passes NeMo RL's totals check and is placed; the generation node cannot be.
@@ -243,7 +258,7 @@ class TestOnTheTutorialsTopology:
         )
 
     def test_generation_on_every_node_leaves_training_none(self, tutorial: LocalCluster, tmp_values: Path) -> None:
-        values = with_override(build(Options(gpu="h200")), "policy.generation.colocated.resources.num_nodes", "2")
+        values = with_override(build(SEED_SPLIT), "policy.generation.colocated.resources.num_nodes", "2")
         rc, out = run_in(tutorial, write(tmp_values, "gen-all", values))
         assert rc == 1, out
         # v0.7.0's grpo.setup asserts it (the release the generator writes by default).
@@ -254,7 +269,7 @@ class TestOnTheTutorialsTopology:
 
     def test_preemption_drill_resumes_from_the_checkpoint(self, tutorial: LocalCluster, tmp_values: Path) -> None:
         # Another run name: the launcher never submits the same run spec twice on one Ray cluster.
-        values = build(Options(gpu="h200", run_name="drill"))
+        values = build(replace(SEED_SPLIT, run_name="drill"))
         rc, out = run_in(tutorial, write(tmp_values, "drill", values), drill="preempt")
         assert rc == 0, out
         lines = out.splitlines()

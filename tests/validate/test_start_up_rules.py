@@ -46,7 +46,19 @@ def test_one_node_split_holds_every_gpu_bundle_of_the_node():
     assert placed.node_cpus() == [8] and placed.worker_ray_cpus() == 9
 
 
-@pytest.mark.parametrize(("opts", "cpus", "refused"), [({}, 8, True), ({}, 9, False), ({"model": "qwen2.5-1.5b", "nodes": 1}, 16, True)])
+SEED_SPLIT = {"generation_nodes": 1}  # the seed tutorial's 1 vLLM node + 1 training node
+
+
+@pytest.mark.parametrize(
+    ("opts", "cpus", "refused"),
+    [
+        (SEED_SPLIT, 8, True),
+        (SEED_SPLIT, 9, False),
+        ({}, 16, True),  # the default: colocated on 2 nodes, as NeMo RL's Gemma 3 27B recipe
+        ({}, 17, False),
+        ({"model": "qwen2.5-1.5b", "nodes": 1}, 16, True),
+    ],
+)
 def test_validate_counts_the_reservation_with_dedicated_and_colocated_generation(opts, cpus, refused):
     values = values_for(**opts)
     values["worker"]["rayStartParams"] = {"num-cpus": str(cpus)}
@@ -80,7 +92,7 @@ def test_vllm_tp_over_two_generation_nodes_is_accepted():
 
 
 def test_vllm_tp_larger_than_the_generation_gpus_is_refused():
-    values = with_extra(values_for(), "policy.generation.vllm_cfg.tensor_parallel_size=16")  # 1 generation node
+    values = with_extra(values_for(**SEED_SPLIT), "policy.generation.vllm_cfg.tensor_parallel_size=16")  # 1 generation node
     assert "not divisible by vLLM TP 16" in errors(values)["grpo.overrides[policy.generation.vllm_cfg.tensor_parallel_size]"]
 
 
@@ -134,7 +146,7 @@ def test_one_node_generation_takes_null_or_one_node(gen_nodes, refused):
 
 
 def test_generation_on_every_node_is_refused():
-    found = errors(with_extra(values_for(), "policy.generation.colocated.resources.num_nodes=2"))
+    found = errors(with_extra(values_for(**SEED_SPLIT), "policy.generation.colocated.resources.num_nodes=2"))
     assert "training gets the rest" in found["grpo.overrides[policy.generation.colocated.resources.num_nodes]"]
 
 
