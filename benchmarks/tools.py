@@ -133,7 +133,11 @@ def main() -> int:
         roots = [ROOT] if base is None else [ROOT, base]
         for root in roots:
             bytecode(root, compiled=False)
-        cold = interleaved({"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}, args.repeat)["gen"]
+        cold_cmds = {"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}
+        if base is not None:
+            cold_cmds["base"] = cli("--gpu", "h200", "-o", str(tmp / "v-base.yaml"), "--force", cwd=tmp, root=base)
+        cold_times = interleaved(cold_cmds, args.repeat)
+        cold = cold_times["gen"]
         for root in roots:
             bytecode(root, compiled=True)
         gen_cmds = {"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}
@@ -152,6 +156,9 @@ def main() -> int:
                 ok(gen, "generator"),
             )
         )
+        if base is not None:
+            bw, bc = cold_times["base"]
+            rows.append(("baseline: the same without bytecode", f"{bw * 1000:.0f} ms wall, {bc * 1000:.0f} ms CPU", "", ""))
         rows.append(
             (
                 "the same without generator/'s bytecode (compiled at each start)",
