@@ -1,6 +1,6 @@
 """Facts read from each release's own start-up code (vendor/nemo-rl-src/<tag>/, NVIDIA-NeMo/RL at
 the release's commit; read with `ast`, never imported), once by scripts/sync.sh into
-release_facts.json (parsing the two files cost every `validate` and the generator 30 ms); a tag the
+release_facts.json (parsing the two files cost every `validate` and the generator tens of ms); a tag the
 table lacks is read from its source:
 - the keyword arguments nemo_rl/models/generation/vllm/vllm_worker.py passes to vLLM itself in
   `llm_kwargs = dict(..., **vllm_kwargs)`: a key of policy.generation.vllm_kwargs among them makes
