@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("jsonschema", "referencing", "jsonschema_specifications", "omegaconf", "hydra", "antlr4", "kubernetes_validate")
+HEAVY = ("jsonschema", "referencing", "jsonschema_specifications", "omegaconf", "hydra", "antlr4", "kubernetes_validate", "kubernetes")
 
 
 def imported(args: list[str], cwd: Path) -> set[str]:
