@@ -9,6 +9,10 @@ for): `validate` (the schema, the rules, then a render by the pinned Helm and th
 KubeRay CRD sets and the project's schemas) each next to a bare `helm template` of the same values,
 interleaved in the same run so the ratio holds on a noisy machine; `render` of a 50 MB and of an
 empty values file (both refused, under 2 s). --suite also times the whole test suite once.
+
+Python's bytecode of generator/ is as scripts/bootstrap.sh leaves it (compiled once; every timed
+process runs with PYTHONDONTWRITEBYTECODE=1, so none writes it). One more row times the generator
+without it (every module compiled at each start, as where no __pycache__ can be written).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,9 +48,18 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+def bytecode(root: Path, compiled: bool) -> None:
+    """generator/'s bytecode cache of the checkout at `root`: compiled (as scripts/bootstrap.sh
+    leaves it) or none at all."""
+    for cache in (root / "generator").rglob("__pycache__"):
+        shutil.rmtree(cache)
+    if compiled:
+        subprocess.run([PY, "-m", "compileall", "-q", str(root / "generator")], check=True, capture_output=True)
+
+
 def cli(*args: str, cwd: Path, root: Path = ROOT) -> Callable[[], None]:
     """`python -m generator ARGS` of the checkout at `root` (this one unless --baseline), as a process."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
 
     def run() -> None:
         subprocess.run([PY, "-m", "generator", *args], cwd=cwd, env=env, check=True, capture_output=True)
@@ -55,7 +69,7 @@ def cli(*args: str, cwd: Path, root: Path = ROOT) -> Callable[[], None]:
 
 def refused(*args: str, cwd: Path) -> Callable[[], None]:
     """A CLI run that must be refused (exit 2)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
 
     def run() -> None:
         proc = subprocess.run([PY, "-m", "generator", *args], cwd=cwd, env=env, check=False, capture_output=True)
@@ -116,6 +130,16 @@ def main() -> int:
     rows: list[tuple[str, str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        roots = [ROOT] if base is None else [ROOT, base]
+        for root in roots:
+            bytecode(root, compiled=False)
+        cold_cmds = {"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}
+        if base is not None:
+            cold_cmds["base"] = cli("--gpu", "h200", "-o", str(tmp / "v-base.yaml"), "--force", cwd=tmp, root=base)
+        cold_times = interleaved(cold_cmds, args.repeat)
+        cold = cold_times["gen"]
+        for root in roots:
+            bytecode(root, compiled=True)
         gen_cmds = {"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}
         if base is not None:
             gen_cmds["base"] = cli("--gpu", "h200", "-o", str(tmp / "v-base.yaml"), "--force", cwd=tmp, root=base)
@@ -130,6 +154,17 @@ def main() -> int:
                 f"{gen * 1000:.0f} ms wall, {gen_cpu * 1000:.0f} ms CPU",
                 "< 300 ms",
                 ok(gen, "generator"),
+            )
+        )
+        if base is not None:
+            bw, bc = cold_times["base"]
+            rows.append(("baseline: the same without bytecode", f"{bw * 1000:.0f} ms wall, {bc * 1000:.0f} ms CPU", "", ""))
+        rows.append(
+            (
+                "the same without generator/'s bytecode (compiled at each start)",
+                f"{cold[0] * 1000:.0f} ms wall, {cold[1] * 1000:.0f} ms CPU",
+                "",
+                "",
             )
         )
         huge, empty = tmp / "huge.yaml", tmp / "empty.yaml"

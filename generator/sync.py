@@ -13,6 +13,8 @@
 - examples/<run>-<gpu>.yaml              <- python -m generator --gpu <gpu> <the run's options>
 - docs/values.md releases table          <- the NeMo RL release table (generator/nemo_rl/releases.py)
 - docs/values.md start-up asserts table  <- generator/nemo_rl/startup_asserts.json and assert_decisions.py
+- generator/validate/release_facts.json <- each carried release's source (vllm_worker.py's own vLLM
+                                           keywords, the registered dataset names), read with ast
 - generator/nemo_rl/merged_recipes.json  <- each carried recipe the generator chooses, merged over its defaults chain
 - schemas/kuberay/*.json                  <- vendor/kuberay's CRDs, converted once for render and validate
                                            (index.json names each vendored file's sha256)
@@ -41,6 +43,7 @@ from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
 from generator.render import k8s_schema
 from generator.render.crd_schema import compiled
 from generator.render.manifests import KUBE_VERSIONS
+from generator.validate import release_source
 from generator.validate.assert_coverage import replace_asserts_table
 from generator.values.docs import replace_releases_table, replace_table, values_table
 from generator.values.options import generate_argv, options_from_args
@@ -142,6 +145,7 @@ def targets() -> dict[Path, Callable[[], str]]:
         | {path: (lambda text=text: text) for path, text in compiled().items()}
         | {path: (lambda text=text: text) for path, text in k8s_schema.compiled(KUBE_VERSIONS).items()}
         | {MERGED_RECIPES: merged_recipes_text}
+        | {release_source.FACTS: release_source.facts_text}
         # last: rendered from the files above as they are written
         | {SNAPSHOTS_DIR / f"{p.stem}.yaml": _snapshot(p) for p in snapshot_sources()}
     )

@@ -60,6 +60,11 @@ fi
 echo "==> pinned Helm binaries in .tools/helm/"
 .venv/bin/python -m generator.helm.install
 
+# Python reads generator/'s bytecode even where PYTHONDONTWRITEBYTECODE forbids writing it (CI,
+# containers): without it every command compiles the package anew (about 0.1 s of each start).
+echo "==> bytecode of generator/"
+.venv/bin/python -m compileall -q generator >/dev/null
+
 if [ "$profile" = dev ]; then
   echo "==> shellcheck (the infra script tests run it)"
   if ! command -v shellcheck >/dev/null 2>&1; then

@@ -224,10 +224,127 @@ def _non_finite(node: Any, path: list[Any]) -> Iterator[SchemaError]:
             yield from _non_finite(v, [*path, i])
 
 
+# --- the plain check -----------------------------------------------------------------------
+# jsonschema costs a `validate` and the generator 70-90 ms of imports (jsonschema, referencing,
+# attrs, rpds, jsonschema_specifications) and builds a validator, only to find nothing on a valid
+# document. `conforms` answers "valid?" for the keywords this schema uses, with jsonschema's
+# Draft 2020-12 semantics (Python's types as jsonschema's default type checker maps them, `pattern`
+# as Go matches it, `$ref` beside its siblings); jsonschema itself runs only when the answer is
+# no, so findings and their messages are its own. A keyword it does not know makes it say no.
+# tests/values/test_schema.py holds it to jsonschema over generated files and typical mistakes.
+
+_ANNOTATIONS = frozenset({"description", "title", "default", "$schema", "$id", "$comment", "$defs", "examples"})
+
+
+class _Unknown(Exception):
+    """A keyword or form the plain check does not model: let jsonschema decide."""
+
+
+def _is_type(instance: Any, name: str) -> bool:
+    if name == "object":
+        return isinstance(instance, dict)
+    if name == "array":
+        return isinstance(instance, list)
+    if name == "string":
+        return isinstance(instance, str)
+    if name == "boolean":
+        return isinstance(instance, bool)
+    if name == "null":
+        return instance is None
+    if isinstance(instance, bool):
+        return False
+    if name == "integer":
+        return isinstance(instance, int) or (isinstance(instance, float) and instance.is_integer())
+    if name == "number":
+        return isinstance(instance, int | float)
+    raise _Unknown(name)
+
+
+def _scalar_equal(a: Any, b: Any) -> bool:
+    """jsonschema's `equal` for scalars: a bool equals only a bool; lists and mappings are not modelled."""
+    for x in (a, b):
+        if isinstance(x, dict | list):
+            raise _Unknown("enum of containers")
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    return bool(a == b)
+
+
+def _conforms(instance: Any, schema: Any) -> bool:
+    if schema is True:
+        return True
+    if schema is False:
+        return False
+    if not isinstance(schema, dict):
+        raise _Unknown("schema")
+    for keyword, value in schema.items():
+        if keyword in _ANNOTATIONS or keyword in ("properties", "additionalProperties"):
+            continue
+        if keyword == "$ref":
+            if not isinstance(value, str) or not value.startswith("#/"):
+                raise _Unknown(value)
+            target: Any = load_schema()
+            for part in value[2:].split("/"):
+                target = target[part]
+            ok = _conforms(instance, target)
+        elif keyword == "type":
+            ok = any(_is_type(instance, t) for t in ([value] if isinstance(value, str) else value))
+        elif keyword == "enum":
+            ok = any(_scalar_equal(instance, e) for e in value)
+        elif keyword == "const":
+            ok = _scalar_equal(instance, value)
+        elif keyword == "pattern":
+            ok = not isinstance(instance, str) or go_regexp(value).search(instance) is not None
+        elif keyword == "maxLength":
+            ok = not isinstance(instance, str) or len(instance) <= value
+        elif keyword == "minLength":
+            ok = not isinstance(instance, str) or len(instance) >= value
+        elif keyword == "minimum":
+            ok = not (_is_type(instance, "number") and instance < value)
+        elif keyword == "maximum":
+            ok = not (_is_type(instance, "number") and instance > value)
+        elif keyword == "required":
+            ok = not isinstance(instance, dict) or all(k in instance for k in value)
+        elif keyword == "items":
+            ok = not isinstance(instance, list) or all(_conforms(v, value) for v in instance)
+        elif keyword == "minItems":
+            ok = not isinstance(instance, list) or len(instance) >= value
+        elif keyword == "maxItems":
+            ok = not isinstance(instance, list) or len(instance) <= value
+        elif keyword == "propertyNames":
+            ok = not isinstance(instance, dict) or all(_conforms(k, value) for k in instance)
+        elif keyword == "anyOf":
+            ok = any(_conforms(instance, s) for s in value)
+        elif keyword == "not":
+            ok = not _conforms(instance, value)
+        else:
+            raise _Unknown(keyword)
+        if not ok:
+            return False
+    if isinstance(instance, dict) and ("properties" in schema or "additionalProperties" in schema):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for k, v in instance.items():
+            if not _conforms(v, props.get(k, extra)):
+                return False
+    return True
+
+
+def conforms(document: Any) -> bool:
+    """Whether jsonschema finds nothing wrong with `document` (False also when unsure)."""
+    try:
+        return _conforms(document, load_schema())
+    except (_Unknown, RecursionError):
+        return False
+
+
 def iter_errors(document: Any) -> Iterator[SchemaError]:
-    errors = sorted(_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
-    for e in errors:
-        yield SchemaError(*_describe(e, document))
+    if not conforms(document):  # jsonschema only for a document with something to report
+        errors = sorted(_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+        for e in errors:
+            yield SchemaError(*_describe(e, document))
     yield from _non_finite(document, [])
 
 

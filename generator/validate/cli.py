@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 from generator.core.errors import InputError
-from generator.validate.findings import Finding
-from generator.validate.values import has_errors, validate_values
+from generator.validate.findings import Finding, has_errors
 from generator.values.layers import Configuration, add_layer_arguments, configurations
 
 HELP = "check values files: schema, then the semantic rules"
@@ -35,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _reports(args: argparse.Namespace) -> list[tuple[Configuration, list[Finding]]]:
     found = configurations(args.files, args.more, args.sets, not args.no_chart_defaults)
+    from generator.validate.values import validate_values  # its rules load while Helm renders the first file
+
     return [(c, validate_values(c.values, args.release, c.set_file_keys)) for c in found]
 
 

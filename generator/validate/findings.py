@@ -31,3 +31,7 @@ def error(key: str, message: str, fix: str = "") -> Finding:
 
 def warning(key: str, message: str, fix: str = "") -> Finding:
     return Finding(key, message, fix, WARNING)
+
+
+def has_errors(findings: list[Finding], strict: bool = False) -> bool:
+    return any(f.level == ERROR or strict for f in findings)

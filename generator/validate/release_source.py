@@ -1,5 +1,7 @@
 """Facts read from each release's own start-up code (vendor/nemo-rl-src/<tag>/, NVIDIA-NeMo/RL at
-the release's commit; read with `ast`, never imported), once per process:
+the release's commit; read with `ast`, never imported), once by scripts/sync.sh into
+release_facts.json (parsing the two files cost every `validate` and the generator tens of ms); a tag the
+table lacks is read from its source:
 - the keyword arguments nemo_rl/models/generation/vllm/vllm_worker.py passes to vLLM itself in
   `llm_kwargs = dict(..., **vllm_kwargs)`: a key of policy.generation.vllm_kwargs among them makes
   `dict()` raise "got multiple values for keyword argument" when the vLLM worker starts;
@@ -9,10 +11,13 @@ the release's commit; read with `ast`, never imported), once per process:
 from __future__ import annotations
 
 import ast
+import json
 from functools import cache
 from pathlib import Path
 
 from generator.vendored import VENDOR
+
+FACTS = Path(__file__).with_name("release_facts.json")
 
 VLLM_WORKER = "nemo_rl/models/generation/vllm/vllm_worker.py"
 RESPONSE_DATASETS = "nemo_rl/data/datasets/response_datasets/__init__.py"
@@ -24,8 +29,36 @@ def _tree(tag: str, path: str) -> ast.Module | None:
 
 
 @cache
+def _facts() -> dict[str, dict[str, list[str]]]:
+    return json.loads(FACTS.read_text(encoding="utf-8")) if FACTS.is_file() else {}
+
+
+def facts_text() -> str:
+    """FACTS' text, from every carried release's source (scripts/sync.sh)."""
+    tags = sorted(p.name for p in (Path(VENDOR) / "nemo-rl-src").iterdir() if p.is_dir())
+    out = {
+        t: {"registered_datasets": sorted(read_registered_datasets(t)), "vllm_explicit_kwargs": sorted(read_vllm_explicit_kwargs(t))}
+        for t in tags
+    }
+    return json.dumps(out, indent=1, sort_keys=True) + "\n"
+
+
+@cache
 def vllm_explicit_kwargs(tag: str) -> frozenset[str]:
     """The keywords vllm_worker.py gives vLLM itself next to **vllm_kwargs; empty when not carried."""
+    known = _facts().get(tag)
+    return frozenset(known["vllm_explicit_kwargs"]) if known is not None else read_vllm_explicit_kwargs(tag)
+
+
+@cache
+def registered_datasets(tag: str) -> frozenset[str]:
+    """The dataset names load_response_dataset accepts as built in; empty when not carried."""
+    known = _facts().get(tag)
+    return frozenset(known["registered_datasets"]) if known is not None else read_registered_datasets(tag)
+
+
+def read_vllm_explicit_kwargs(tag: str) -> frozenset[str]:
+    """vllm_explicit_kwargs, read from the release's vllm_worker.py."""
     tree = _tree(tag, VLLM_WORKER)
     found: set[str] = set()
     for node in ast.walk(tree) if tree is not None else ():
@@ -40,9 +73,8 @@ def vllm_explicit_kwargs(tag: str) -> frozenset[str]:
     return frozenset(found)
 
 
-@cache
-def registered_datasets(tag: str) -> frozenset[str]:
-    """The dataset names load_response_dataset accepts as built in; empty when not carried."""
+def read_registered_datasets(tag: str) -> frozenset[str]:
+    """registered_datasets, read from the release's response_datasets/__init__.py."""
     tree = _tree(tag, RESPONSE_DATASETS)
     names: set[str] = set()
     for node in ast.walk(tree) if tree is not None else ():

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from generator.core.schema import iter_errors
-from generator.validate.findings import ERROR, Finding, error
-from generator.validate.rules import run_checks
+from generator.validate.findings import Finding, error
 
 
 def helm_key(key: Any) -> str:
@@ -45,12 +44,14 @@ def validate_rendered(
     if objects and isinstance(doc, dict):
         from generator.validate.objects import Rendering
 
-        rendering = Rendering(doc, release_name)  # Helm renders while the schema and the rules run
+        rendering = Rendering(doc, release_name)  # Helm renders while the schema and the rules load and run
     schema = [error(e.path, e.message, e.fix) for e in iter_errors(doc)]
     if schema:
         if rendering is not None:
             rendering.rendered()  # the objects only: the rules on them assume schema-valid values
         return schema, rendering.objects if rendering is not None else []
+    from generator.validate.rules import run_checks  # imported while Helm renders (a tenth of a second)
+
     findings = run_checks(doc, release_name, set_file_keys)
     if rendering is None:
         return findings, []
@@ -64,7 +65,3 @@ def validate_rendered(
             named.add(f.key)
             findings.append(f)
     return findings, rendering.objects
-
-
-def has_errors(findings: list[Finding], strict: bool = False) -> bool:
-    return any(f.level == ERROR or strict for f in findings)

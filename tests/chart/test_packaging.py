@@ -110,6 +110,12 @@ def test_every_example_exists_for_every_accelerator_and_is_explained():
         assert re.search(r"node-hours|nodes? x \d", section[1][:1500]), f"no cost for {name}"
 
 
+def test_the_readme_is_the_users_short_path():
+    # issue 27: what it is, prerequisites, quickstart, the tutorial's run, where next; the rest in docs/
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 120, f"README.md has {len(lines)} lines: move detail to docs/"
+
+
 def test_chart_readme_table_lists_every_schema_key():
     readme = (CHART / "README.md").read_text()
     table = readme.split(START, 1)[1].split(END, 1)[0]

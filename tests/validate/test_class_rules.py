@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from generator.nemo_rl.models import FACTS, facts
-from generator.validate.release_source import registered_datasets, vllm_explicit_kwargs
+from generator.validate.release_source import (
+    read_registered_datasets,
+    read_vllm_explicit_kwargs,
+    registered_datasets,
+    vllm_explicit_kwargs,
+)
 from generator.validate.rules.images import reference_problem
 
 VALID_REFERENCES = [
@@ -58,6 +63,13 @@ def test_vllm_keywords_are_read_from_each_release():
         given = vllm_explicit_kwargs(tag)
         assert {"model", "tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching", "enable_sleep_mode"} <= given
         assert "max_num_seqs" not in given and "kv_cache_dtype" not in given
+
+
+@pytest.mark.parametrize("tag", ["v0.5.0", "v0.6.0", "v0.7.0"])
+def test_the_release_facts_table_is_what_the_source_says(tag):
+    # release_facts.json (scripts/sync.sh) spares every process the two ast parses
+    assert registered_datasets(tag) == read_registered_datasets(tag) != frozenset()
+    assert vllm_explicit_kwargs(tag) == read_vllm_explicit_kwargs(tag) != frozenset()
 
 
 def test_every_model_fact_carries_its_source_and_an_instruct_variant_is_not_guessed():

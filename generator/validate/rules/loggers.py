@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
-from omegaconf import DictConfig, OmegaConf
-
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
 
@@ -63,8 +61,8 @@ MLFLOW_SCHEMES = ("", "file", "http", "https", "databricks", "databricks-uc", "s
 
 
 def _mapping(ctx: Context, key: str) -> dict[str, Any]:
-    value = ctx.setting(key)
-    return dict(OmegaConf.to_container(value, resolve=False)) if isinstance(value, DictConfig) else {}  # type: ignore[arg-type]
+    value = ctx.section(key)  # plain Python as written (omegaconf only where the recipe needs it)
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _forbidden(text: str) -> str | None:
@@ -137,7 +135,7 @@ def _mlflow(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    if not ctx.grpo.get("enabled", True) or ctx.run_config is None:
+    if not ctx.grpo.get("enabled", True) or ctx.recipe_check is None:  # run_config is None exactly then; building it costs omegaconf
         return
     if ctx.setting("logger.wandb_enabled") is True:
         yield from _wandb(ctx)

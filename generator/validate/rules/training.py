@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from generator.validate.findings import Finding, error
 from generator.validate.release_source import registered_datasets, vllm_explicit_kwargs
 from generator.validate.rules.context import Context
@@ -137,11 +135,10 @@ def _vllm_kwargs(ctx: Context) -> Iterator[Finding]:
     ..., **vllm_kwargs): a key it already passes raises TypeError ('got multiple values for keyword
     argument') in every vLLM worker."""
     rel = ctx.release
-    value = ctx.setting("policy.generation.vllm_kwargs")
-    if rel is None or not isinstance(value, DictConfig):
+    given = ctx.section("policy.generation.vllm_kwargs")  # plain Python as written
+    if rel is None or not isinstance(given, dict):
         return
-    given = OmegaConf.to_container(value, resolve=False)
-    twice = sorted(set(given) & vllm_explicit_kwargs(rel.tag)) if isinstance(given, dict) else []
+    twice = sorted(set(given) & vllm_explicit_kwargs(rel.tag))
     for key in twice:
         cfg = f"policy.generation.vllm_cfg.{key}"
         yield error(
@@ -190,7 +187,7 @@ def _counts(ctx: Context) -> Iterator[Finding]:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    if not ctx.grpo.get("enabled", True) or ctx.run_config is None:
+    if not ctx.grpo.get("enabled", True) or ctx.recipe_check is None:  # run_config is None exactly then; building it costs omegaconf
         return
     yield from _sampling(ctx)
     yield from _checkpointing(ctx)
