@@ -16,7 +16,10 @@ within the node's allocatable; k8s.io/component-helpers resource/helpers.go PodR
 
 A selector on a label key none of GKE's or Kubernetes' own, or on a node-pool name the script does
 not make, is a warning, not an error: pools and labels a user adds themselves are not known here.
-Autopilot has no node pools: nothing is checked there.
+Autopilot has no node pools; there every pod's `cloud.google.com/compute-class` (node selector or
+required affinity `In`) must name a class that exists: one GKE builds in, or a custom ComputeClass
+(generator/gke/compute_classes.py). A name no ComputeClass object can have (upper case, not
+built in) is an error; another unknown name a warning (the cluster may hold such a ComputeClass).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from generator.gke import compute_classes
 from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
 from generator.gke.provisioning import (
@@ -245,9 +249,69 @@ def _unschedulable(pod: Pod, pools: list[NodePool], t: Tracer) -> Finding | None
     return error(lead.key, text, "select a label the pool's nodes carry, or fit the request to the node's allocatable")
 
 
+def _compute_class_key(pod: Pod, name: str, t: Tracer) -> str:
+    gke = t.values.get("gke") or {}
+    if pod.ray == "head" and gke.get("headComputeClass") == name:
+        return "gke.headComputeClass"
+    if pod.ray == "worker" and gke.get("gpuComputeClass") == name:
+        return "gke.gpuComputeClass"
+    return t.map_entry(compute_classes.LABEL, name) or t.text(name) or "(chart)"
+
+
+def _selected_classes(spec: dict[str, Any]) -> list[str]:
+    out = []
+    if (v := (spec.get("nodeSelector") or {}).get(compute_classes.LABEL)) is not None:
+        out.append(str(v))
+    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms"
+    ) or []
+    for term in terms:
+        for e in term.get("matchExpressions") or []:
+            if e.get("key") == compute_classes.LABEL and e.get("operator") == "In":
+                out += [str(x) for x in e.get("values") or []]
+    return out
+
+
+def compute_class_findings(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[Finding]:
+    """Autopilot: every compute class a pod selects exists (built in, or could be a custom ComputeClass)."""
+    t = Tracer(values)
+    out: list[Finding] = []
+    seen: set[str] = set()
+    source = "GKE docs: About built-in ComputeClasses in GKE; Compute classes in Autopilot"
+    for pod in pod_templates(objs):
+        for name in _selected_classes(pod.spec):
+            key = _compute_class_key(pod, name, t)
+            if compute_classes.built_in(name) or key in seen:
+                continue
+            seen.add(key)
+            near = compute_classes.closest(name)
+            fix = f"use {near}" if near else f"use a built-in class ({', '.join(compute_classes.BUILT_IN)})"
+            if not compute_classes.could_be_custom(name):
+                out.append(
+                    error(
+                        key,
+                        f"{pod.where} selects compute class {name!r}: not one GKE builds in, and no custom ComputeClass can have "
+                        f"that name (object names are lower case), so Autopilot never finds a node for it ({source})",
+                        fix,
+                    )
+                )
+            else:
+                out.append(
+                    warning(
+                        key,
+                        f"{pod.where} selects compute class {name!r}, which is not one GKE builds in ({source}): the pod stays "
+                        "Pending unless the cluster holds a custom ComputeClass of that name (kubectl get computeclasses)",
+                        fix + ", or create that ComputeClass",
+                    )
+                )
+    return out
+
+
 def check(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[Finding]:
-    """One finding per pod that no pool holds (Standard only)."""
-    if (values.get("gke") or {}).get("mode") == "autopilot" or "accelerator" not in values:
+    """One finding per pod that no pool holds (Standard); compute classes that do not exist (Autopilot)."""
+    if (values.get("gke") or {}).get("mode") == "autopilot":
+        return compute_class_findings(objs, values)
+    if "accelerator" not in values:
         return []
     try:
         pools = node_pools(values)

@@ -107,3 +107,32 @@ def test_two_topology_annotations_are_refused_by_kueues_webhook() -> None:
 def test_a_level_the_infra_topology_lacks_is_a_warning() -> None:
     found = findings(example("tutorial-h200.yaml"), group_annotation(REQUIRED, "topology.kubernetes.io/zone"))
     assert [f.level for f in _at(found, f"workerGroups[0].annotations.{REQUIRED}")] == ["warning"]
+
+
+# --- Autopilot compute classes -------------------------------------------------------------------
+
+
+def autopilot() -> dict[str, Any]:
+    v = example("tutorial-h200.yaml")
+    v["gke"].update(mode="autopilot", headComputeClass="Balanced", gpuComputeClass="")
+    return v
+
+
+def gpu_class(name: str) -> Edit:
+    return lambda v: v["gke"].update(gpuComputeClass=name)
+
+
+@pytest.mark.parametrize("name", ["Accelerator", "Performance", "autopilot", "autopilot-spot", "Scale-Out", "Balanced"])
+def test_every_built_in_class_is_accepted(name: str) -> None:
+    assert _at(findings(autopilot(), gpu_class(name)), "gke.gpuComputeClass") == []
+
+
+@pytest.mark.parametrize(("name", "level", "hint"), [("performance", "warning", "use Performance"), ("Perfomance", "error", "built-in")])
+def test_a_class_that_is_not_built_in_is_named_with_its_fix(name: str, level: str, hint: str) -> None:
+    [f] = _at(findings(autopilot(), gpu_class(name)), "gke.gpuComputeClass")
+    assert f.level == level and hint in f.fix and repr(name) in f.message
+
+
+def test_a_custom_class_a_cluster_may_hold_is_a_warning_on_the_head_too() -> None:
+    [f] = _at(findings(autopilot(), lambda v: v["gke"].update(headComputeClass="team-cpu")), "gke.headComputeClass")
+    assert f.level == "warning" and "kubectl get computeclasses" in f.message
