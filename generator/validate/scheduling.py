@@ -2,7 +2,10 @@
 pod) against the node pools the infra script builds for these values on a Standard cluster: the
 CPU pool `default-pool` and one GPU pool per worker group, with the labels and taints
 generator/gke/provisioning.py gives GKE's nodes and the allocatable generator/gke/sizing.py
-computes. A pod no pool can hold stays Pending; the finding names the values key that excludes the
+computes. When the values carry `gke.nodePools` (the infra script writes the pools it made into
+values-infra.yaml, so `validate values.yaml -f values-infra.yaml` has them), those pools are the
+model instead: a selector, toleration or request that fits the pools the values imply but not
+the ones the cluster has is found. A pod no pool can hold stays Pending; the finding names the values key that excludes the
 pool closest to fitting.
 
 The predicates are those of kube-scheduler v1.34.9 (k8s.io/kubernetes pkg/scheduler/framework/
@@ -30,7 +33,7 @@ from typing import Any
 
 from generator.gke import compute_classes
 from generator.gke.machines import CPU_POOL
-from generator.gke.profiles import profile
+from generator.gke.profiles import PROFILES, profile
 from generator.gke.provisioning import (
     ANY_VALUE_LABELS,
     CPU_POOL_NAME,
@@ -59,8 +62,9 @@ class NodePool:
     name: str
     labels: dict[str, str | None]  # None: a value the cluster picks (any value matches)
     taints: tuple[Taint, ...]
-    allocatable: dict[str, Fraction]
+    allocatable: dict[str, Fraction] | None  # None: a machine type not known here (requests not checked)
     pool_names: tuple[str, ...] = ()  # every name the infra script may give it
+    described: bool = False  # from gke.nodePools: the cluster's own record of its pools
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -75,8 +79,34 @@ def _allocatable(vcpus: int, memory_gib: float, gpus: int = 0) -> dict[str, Frac
     return out | ({GPU: Fraction(gpus)} if gpus else {})
 
 
+def _machine(machine_type: str) -> tuple[dict[str, Fraction] | None, str]:
+    """(allocatable, CPU architecture) of a node of this machine type; None: not known here."""
+    if machine_type == CPU_POOL.machine_type:
+        return _allocatable(CPU_POOL.vcpus, CPU_POOL.memory_gib), "amd64"
+    p = next((p for p in PROFILES.values() if p.machine_type == machine_type), None)
+    if p is None:
+        return None, "amd64"
+    return _allocatable(p.host_vcpus, p.host_memory_gib, p.gpus_per_node), p.cpu_arch
+
+
+def described_pools(described: list[dict[str, Any]]) -> list[NodePool]:
+    """The pools `gke.nodePools` describes (what the infra script wrote into values-infra.yaml)."""
+    pools = []
+    for d in described:
+        name, machine_type = str(d["name"]), str(d["machineType"])
+        alloc, arch = _machine(machine_type)
+        labels: dict[str, str | None] = {**dict.fromkeys(ANY_VALUE_LABELS), **node_labels(machine_type, name, arch)}
+        labels |= {str(k): str(v) for k, v in (d.get("labels") or {}).items()}
+        taints = tuple(Taint(str(t["key"]), str(t.get("value") or ""), str(t["effect"])) for t in d.get("taints") or [])
+        pools.append(NodePool(name, labels, taints, alloc, (name,), described=True))
+    return pools
+
+
 def node_pools(values: dict[str, Any]) -> list[NodePool]:
-    """The pools the infra script builds for `values` (Standard): the CPU pool, then one per group."""
+    """The pools of the cluster: those `gke.nodePools` describes, else the ones the infra script
+    builds for `values` (Standard): the CPU pool, then one per group."""
+    if described := (values.get("gke") or {}).get("nodePools"):
+        return described_pools(described)
     p = profile(values["accelerator"]["type"])
     anywhere: dict[str, str | None] = dict.fromkeys(ANY_VALUE_LABELS)
     cpu_labels: dict[str, str | None] = {**anywhere, **node_labels(CPU_POOL.machine_type, CPU_POOL_NAME)}
@@ -189,11 +219,12 @@ def _misses(pod: Pod, pool: NodePool, t: Tracer) -> list[Miss]:
         if not _value_matches(pool, str(k), str(v)):
             key = (f"{pod.scheduling}.nodeSelector.{k}" if pod.scheduling else "") or t.map_entry(str(k), v) or "(chart)"
             if pod.scheduling and k not in ((_values_at(t.values, pod.scheduling) or {}).get("nodeSelector") or {}):
-                key = t.map_entry(str(k), v) or key
+                key = t.map_entry(str(k), v) or _provisioning_key(pod, str(k), t) or key
             has, value = _label(pool, str(k))
             carried = f"carries {k}={value}" if has and value is not None else f"has no label {k}"
             # A pool of the user's own (another name) or a label they put on nodes is not known here.
-            custom = (not str(k).startswith(KNOWN_PREFIXES) and not has) or k == NODE_POOL_LABEL
+            # gke.nodePools lists the cluster's pools: a name it lacks is not one of the user's own.
+            custom = (not str(k).startswith(KNOWN_PREFIXES) and not has) or (k == NODE_POOL_LABEL and not pool.described)
             out.append(Miss(f"nodeSelector.{k}", key, f"nodeSelector {k}={v}: pool {pool.name} {carried}", custom))
     terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
         "nodeSelectorTerms"
@@ -211,7 +242,7 @@ def _misses(pod: Pod, pool: NodePool, t: Tracer) -> list[Miss]:
         req = pod_requests(spec)
     except (ValueError, TypeError):
         return out
-    for name, q in req.items():
+    for name, q in req.items() if pool.allocatable is not None else ():
         have = pool.allocatable.get(name, Fraction(0))
         if q > have:
             key = _request_key(pod, name, t)
@@ -219,6 +250,15 @@ def _misses(pod: Pod, pool: NodePool, t: Tracer) -> list[Miss]:
                 Miss(f"resources.{name}", key, f"{name} request {float(q):g} exceeds pool {pool.name}'s allocatable {float(have):g}")
             )
     return out
+
+
+def _provisioning_key(pod: Pod, label: str, t: Tracer) -> str | None:
+    """workerGroups[i].provisioning when the chart selects `label` for the group's provisioning type."""
+    group = _values_at(t.values, pod.scheduling) if pod.group is not None else None
+    kind = TYPES.get(str((group or {}).get("provisioning")))
+    if kind is not None and any(k == label for k, _ in kind.labels):
+        return f"{pod.scheduling}.provisioning"
+    return None
 
 
 def _values_at(values: dict[str, Any], dotted: str) -> Any:
@@ -241,12 +281,17 @@ def _unschedulable(pod: Pod, pools: list[NodePool], t: Tracer) -> Finding | None
     best, pool = min(misses, key=lambda mp: len(mp[0]))
     lead = next((m for m in best if m.field != "taint"), best[0])
     others = "; ".join(f"{p.name}: {m[0].reason}" for m, p in misses if p is not pool)
-    text = f"{pod.where} never schedules on the pools the infra script builds: {lead.reason}" + (f" (and {others})" if others else "")
+    described = pool.described
+    where = "the pools gke.nodePools lists (values-infra.yaml)" if described else "the pools the infra script builds"
+    text = f"{pod.where} never schedules on {where}: {lead.reason}" + (f" (and {others})" if others else "")
     if all(m.custom for m in best):
         return warning(
             lead.key, text + "; no pool carries this label unless you labelled the nodes yourself", "remove it, or label the pool's nodes"
         )
-    return error(lead.key, text, "select a label the pool's nodes carry, or fit the request to the node's allocatable")
+    fix = "select a label the pool's nodes carry, or fit the request to the node's allocatable"
+    if described:
+        fix += f" (pools: {', '.join(p.name for p in pools)}; a pool you made yourself: add it to gke.nodePools)"
+    return error(lead.key, text, fix)
 
 
 def _compute_class_key(pod: Pod, name: str, t: Tracer) -> str:

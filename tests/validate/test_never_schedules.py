@@ -136,3 +136,73 @@ def test_a_class_that_is_not_built_in_is_named_with_its_fix(name: str, level: st
 def test_a_custom_class_a_cluster_may_hold_is_a_warning_on_the_head_too() -> None:
     [f] = _at(findings(autopilot(), lambda v: v["gke"].update(headComputeClass="team-cpu")), "gke.headComputeClass")
     assert f.level == "warning" and "kubectl get computeclasses" in f.message
+
+
+# --- the pools of the user's values-infra.yaml ---------------------------------------------------
+
+
+def infra_overlay(tmp_path: Path, *args: str) -> Path:
+    """The values-infra.yaml the script `python -m generator infra ARGS` writes: the heredoc its
+    overlay step fills, with the Lustre address the script reads from gcloud."""
+    from generator import cli
+
+    script = tmp_path / "infra.sh"
+    base = ["infra", "--project", "my-project", "--region", "us-central1", "--zone", "us-central1-b"]
+    assert cli.main([*base, *args, "-o", str(script), "--force"]) == 0
+    text = script.read_text()
+    start = text.index('overlay="$(\n  cat <<EOF\n') + len('overlay="$(\n  cat <<EOF\n')
+    body = text[start : text.index("\nEOF\n", start)]
+    out = tmp_path / "values-infra.yaml"
+    out.write_text(body.replace("$lustre_ip", "10.90.0.5").replace("$lustre_fs", "lfs") + "\n")
+    return out
+
+
+def validate_with(values: Path, overlay: Path, *sets: str) -> list[Finding]:
+    from generator.values.layers import configurations
+
+    [config] = configurations([values], [overlay], [("--set", s) for s in sets], True)
+    return validate_values(config.values, "nemo-rl", config.set_file_keys)
+
+
+def test_the_overlay_describes_the_pools_the_script_creates(tmp_path: Path) -> None:
+    overlay = yaml.safe_load(infra_overlay(tmp_path, "--gpu", "h200", "--provisioning", "on-demand").read_text())
+    pools = {p["name"]: p for p in overlay["gke"]["nodePools"]}
+    assert list(pools) == ["default-pool", "gpu-h200"]
+    assert pools["gpu-h200"]["machineType"] == "a3-ultragpu-8g"
+    assert pools["gpu-h200"]["labels"]["cloud.google.com/gke-accelerator"] == "nvidia-h200-141gb"
+    assert "cloud.google.com/gke-spot" not in pools["gpu-h200"]["labels"]
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in pools["gpu-h200"]["taints"]
+    autopilot = yaml.safe_load(infra_overlay(tmp_path, "--gpu", "h200", "--mode", "autopilot").read_text())
+    assert "gke" not in autopilot  # Autopilot has no node pools
+
+
+def test_the_example_validates_with_the_overlay_of_its_cluster(tmp_path: Path) -> None:
+    overlay = infra_overlay(tmp_path, "--gpu", "h200", "--nodes", "2")
+    found = validate_with(ROOT / "examples" / "tutorial-h200.yaml", overlay)
+    assert [f for f in found if f.level == "error"] == []
+
+
+def test_a_group_the_cluster_has_no_pool_for_is_found_only_with_the_overlay(tmp_path: Path) -> None:
+    # The cluster's GPU pool is on-demand; the values still ask for Spot nodes (the generator's default).
+    overlay = infra_overlay(tmp_path, "--gpu", "h200", "--provisioning", "on-demand")
+    values = ROOT / "examples" / "tutorial-h200.yaml"
+    assert yaml.safe_load(values.read_text())["workerGroups"][0]["provisioning"] == "spot"
+    found = [f for f in validate_with(values, overlay) if f.level == "error"]
+    assert [f.key for f in found] == ["workerGroups[0].provisioning"], found
+    assert "gke-spot" in found[0].message
+    assert any("gke.nodePools" in f.message for f in found)
+
+
+def test_a_node_pool_name_the_overlay_does_not_create_is_an_error(tmp_path: Path) -> None:
+    overlay = infra_overlay(tmp_path, "--gpu", "h200")
+    values = ROOT / "examples" / "tutorial-h200.yaml"
+    wrong = validate_with(values, overlay, "workerGroups[0].nodeSelector.cloud\\.google\\.com/gke-nodepool=gpu-pool")
+    [f] = [f for f in wrong if f.key == "workerGroups[0].nodeSelector.cloud.google.com/gke-nodepool"]
+    assert f.level == "error" and "gpu-h200" in f.fix
+    right = validate_with(values, overlay, "workerGroups[0].nodeSelector.cloud\\.google\\.com/gke-nodepool=gpu-h200")
+    assert [f for f in right if "gke-nodepool" in f.key] == []
+    # without the overlay, a pool name validate does not know may be the user's own: a warning
+    alone = findings(
+        example("tutorial-h200.yaml"), lambda v: v["workerGroups"][0]["nodeSelector"].update({"cloud.google.com/gke-nodepool": "gpu-pool"})
+    )
+    assert [f.level for f in alone if "gke-nodepool" in f.key] == ["warning"]
