@@ -206,3 +206,14 @@ def test_a_node_pool_name_the_overlay_does_not_create_is_an_error(tmp_path: Path
         example("tutorial-h200.yaml"), lambda v: v["workerGroups"][0]["nodeSelector"].update({"cloud.google.com/gke-nodepool": "gpu-pool"})
     )
     assert [f.level for f in alone if "gke-nodepool" in f.key] == ["warning"]
+
+
+@pytest.mark.parametrize(
+    ("caps", "level"), [(["DAC_OVERRIDE"], None), (["NET_RAW"], "error"), (["SYS_ADMIN"], "error"), (["SYS_PTRACE"], "warning")]
+)
+def test_autopilot_judges_the_heads_capabilities_too(caps: list[str], level: str | None) -> None:
+    found = _at(
+        findings(autopilot(), lambda v: v["head"]["securityContext"]["capabilities"].update(add=caps)),
+        "head.securityContext.capabilities.add",
+    )
+    assert [f.level for f in found] == ([level] if level else [])
