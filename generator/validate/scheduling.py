@@ -55,6 +55,8 @@ GPU = "nvidia.com/gpu"
 PODS_PER_NODE = 110  # GKE Standard's default maximum pods per node
 KNOWN_PREFIXES = ("kubernetes.io/", "k8s.io/", "cloud.google.com/", "node.kubernetes.io/", "topology.kubernetes.io/", "nvidia.com/")
 GIB = 2**30
+RESERVATION_NAME = "cloud.google.com/reservation-name"
+RESERVATION_PROJECT = "cloud.google.com/reservation-project"
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def node_pools(values: dict[str, Any]) -> list[NodePool]:
         labels: dict[str, str | None] = {**anywhere, **node_labels(p.machine_type, names[0], p.cpu_arch)}
         labels |= gpu_node_labels(p.node_label, provisioning, str(g.get("reservationName") or ""))
         if provisioning == "reservation" and g.get("reservationProject"):
-            labels["cloud.google.com/reservation-project"] = str(g["reservationProject"])
+            labels[RESERVATION_PROJECT] = str(g["reservationProject"])
         alloc = _allocatable(p.host_vcpus, p.host_memory_gib, p.gpus_per_node)
         if (values.get("network") or {}).get("mode") == "dranet":  # pools made with --accelerator-network-profile=auto
             labels |= dranet_node_labels()
@@ -256,8 +258,11 @@ def _provisioning_key(pod: Pod, label: str, t: Tracer) -> str | None:
     """workerGroups[i].provisioning when the chart selects `label` for the group's provisioning type."""
     group = _values_at(t.values, pod.scheduling) if pod.group is not None else None
     kind = TYPES.get(str((group or {}).get("provisioning")))
+    if label == RESERVATION_PROJECT and (group or {}).get("reservationProject"):
+        return f"{pod.scheduling}.reservationProject"
     if kind is not None and any(k == label for k, _ in kind.labels):
-        return f"{pod.scheduling}.provisioning"
+        field = "reservationName" if label == RESERVATION_NAME else "provisioning"
+        return f"{pod.scheduling}.{field}"
     return None
 
 

@@ -217,3 +217,12 @@ def test_autopilot_judges_the_heads_capabilities_too(caps: list[str], level: str
         "head.securityContext.capabilities.add",
     )
     assert [f.level for f in found] == ([level] if level else [])
+
+
+def test_a_reservation_the_cluster_does_not_consume_names_the_groups_reservation(tmp_path: Path) -> None:
+    overlay = infra_overlay(tmp_path, "--gpu", "h200", "--provisioning", "reservation", "--reservation", "r1")
+    values = ROOT / "examples" / "tutorial-h200.yaml"
+    sets = ("workerGroups[0].provisioning=reservation", "workerGroups[0].reservationName=r2")
+    found = [f for f in validate_with(values, overlay, *sets) if f.level == "error"]
+    assert [f.key for f in found] == ["workerGroups[0].reservationName"], found
+    assert [f for f in validate_with(values, overlay, sets[0], "workerGroups[0].reservationName=r1") if f.level == "error"] == []
