@@ -20,6 +20,7 @@ import yaml
 
 from generator.gke.profiles import profile
 from generator.gke.provisioning import TYPES
+from generator.gke.topology import LEVELS
 from generator.infra.options import InfraOptions, reservation_name
 
 VERSION = "v0.16.5"
@@ -27,12 +28,7 @@ MANIFEST = f"https://github.com/kubernetes-sigs/kueue/releases/download/{VERSION
 API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = "nemo-rl"
 TOPOLOGY = "gke-default"
-TOPOLOGY_LEVELS = (
-    "cloud.google.com/gce-topology-block",
-    "cloud.google.com/gce-topology-subblock",
-    "cloud.google.com/gce-topology-host",
-    "kubernetes.io/hostname",
-)
+TOPOLOGY_LEVELS = LEVELS  # GKE's topology labels, widest first (generator/gke/topology.py)
 CPU_FLAVOR = "cpu"
 # The head's share of the queue: it requests CPU and memory only (head.resources: 6 CPU, 36Gi).
 CPU_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "0"}

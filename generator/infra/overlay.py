@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
+from generator.gke.provisioning import CPU_POOL_NAME, dranet_node_labels, gpu_node_labels, gpu_node_taints
 from generator.infra.kueue import TOPOLOGY_LEVELS
 from generator.infra.kueue import VERSION as KUEUE_VERSION
 from generator.infra.options import InfraOptions, reservation_name, reservation_project
@@ -84,10 +86,30 @@ def values(o: InfraOptions) -> dict[str, Any]:
         if o.dranet
         else {k: v for k, v in network_values(o.network_prefix, p.rdma_nics).items() if k in ("gvnic", "rdma")},
     }
+    if o.mode == "standard":
+        # The pools made, for `validate -f values-infra.yaml` (the chart renders nothing from it).
+        out["gke"] = {"nodePools": node_pools(o)}
     if o.kueue:
         # kueue.version: the release installed, which decides how many worker groups Kueue admits.
         out["kueue"] = {"enabled": True, "queueName": o.kueue_queue, "version": KUEUE_VERSION, "topology": topology_values(o)}
     return out
+
+
+def node_pools(o: InfraOptions) -> list[dict[str, Any]]:
+    """The node pools the script creates (Standard): the CPU pool, then one per worker group, each
+    with the labels and taints GKE gives its nodes beyond those of every node (gke/provisioning.py)."""
+    p = profile(o.gpu)
+    pools: list[dict[str, Any]] = [{"name": CPU_POOL_NAME, "machineType": CPU_POOL.machine_type}]
+    for g in o.worker_groups:
+        labels = gpu_node_labels(p.node_label, g.provisioning, reservation_name(g.reservation))
+        owner = reservation_project(g.reservation) if g.provisioning == "reservation" else ""
+        if owner:
+            labels["cloud.google.com/reservation-project"] = owner
+        if o.dranet:
+            labels |= dranet_node_labels()
+        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in gpu_node_taints(g.provisioning, p.cpu_arch)]
+        pools.append({"name": o.pool_name(g), "machineType": p.machine_type, "labels": labels, "taints": taints})
+    return pools
 
 
 def topology_values(o: InfraOptions) -> dict[str, str]:

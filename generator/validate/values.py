@@ -55,10 +55,11 @@ def validate_rendered(
     findings = run_checks(doc, release_name, set_file_keys)
     if rendering is None:
         return findings, []
-    from generator.validate import api_rules, scheduling
+    from generator.validate import api_rules, kueue_topology, scheduling
 
     found = rendering.findings()
     found += api_rules.check(rendering.objects, doc) + scheduling.check(rendering.objects, doc)
+    found += kueue_topology.check(rendering.objects, doc)
     named = {f.key for f in findings}
     for f in found:
         if f.key not in named:

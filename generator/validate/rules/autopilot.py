@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from generator.gke.sizing import parse_quantity
 from generator.validate.findings import Finding, error, warning
@@ -14,6 +15,16 @@ EPHEMERAL = "ephemeral-storage"
 AUTOPILOT_DEFAULT_EPHEMERAL = "1 GiB"
 
 NODE_POOL = "cloud.google.com/gke-nodepool"
+# Capabilities a pod may add under the Pod Security Standards' baseline level (kubernetes
+# staging/src/k8s.io/pod-security-admission/policy/check_capabilities_baseline.go, the runtime's
+# default set); Autopilot refuses privileged pods and NET_RAW ("Run privileged open source workloads
+# on GKE Autopilot": "you can't, by default, run a Pod that enables privileged mode or adds the
+# NET_RAW Linux capability") and runs every pod without CAP_SYS_ADMIN ("About seccomp in GKE").
+BASELINE_CAPABILITIES = frozenset(
+    {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP"}
+    | {"SETUID", "SYS_CHROOT"}
+)
+REFUSED_CAPABILITIES = frozenset({"NET_RAW", "SYS_ADMIN", "ALL"})
 ACCEL_COUNT = "cloud.google.com/gke-accelerator-count"
 
 
@@ -29,6 +40,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         yield error("worker.securityContext.privileged", "Autopilot rejects privileged pods", "remove it; RDMA works unprivileged")
     if (v["worker"].get("securityContext") or {}).get("capabilities", {}).get("add"):
         yield error("worker.securityContext.capabilities.add", "Autopilot allows only a few added capabilities", "remove them")
+    yield from _head_security(v["head"].get("securityContext") or {})
     if NODE_POOL in (v["head"].get("nodeSelector") or {}):
         yield error(f"head.nodeSelector.{NODE_POOL}", "Autopilot has no node pools to select", "use gke.headComputeClass instead")
     for i, g in enumerate(v["workerGroups"]):
@@ -48,6 +60,29 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from _ephemeral_storage(ctx)
     if ctx.rdma and v["network"]["gvnic"]["name"] != "gvnic-1":
         yield warning("network.gvnic.name", "Google's Autopilot RDMA setup expects eth1 on the Network gvnic-1", "name it gvnic-1")
+
+
+def _head_security(security: dict[str, Any]) -> Iterator[Finding]:
+    """The head is a pod Autopilot judges too: privileged and capabilities beyond the baseline set."""
+    if security.get("privileged"):
+        yield error("head.securityContext.privileged", "Autopilot rejects privileged pods, the Ray head's too", "remove it")
+    added = [str(c).upper().removeprefix("CAP_") for c in (security.get("capabilities") or {}).get("add") or []]
+    refused = [c for c in added if c in REFUSED_CAPABILITIES]
+    other = [c for c in added if c not in BASELINE_CAPABILITIES and c not in REFUSED_CAPABILITIES]
+    if refused:
+        yield error(
+            "head.securityContext.capabilities.add",
+            f"Autopilot refuses a pod that adds {', '.join(refused)} (GKE docs: privileged workloads need an allowlist; "
+            "every pod runs without CAP_SYS_ADMIN), so the Ray head is never created",
+            "remove them; the head needs no added capability",
+        )
+    elif other:
+        yield warning(
+            "head.securityContext.capabilities.add",
+            f"{', '.join(other)} is outside the Pod Security baseline set Autopilot starts from "
+            "(pod-security-admission check_capabilities_baseline.go): Autopilot refuses most such capabilities",
+            "remove them unless Autopilot's documentation allows them",
+        )
 
 
 def _ephemeral_storage(ctx: Context) -> Iterator[Finding]:

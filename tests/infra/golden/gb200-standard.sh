@@ -546,6 +546,23 @@ network:
   - name: rdma-3
     vpc: nemo-rl-rdma-net
     subnet: nemo-rl-rdma-sub-3
+gke:
+  nodePools:
+  - name: default-pool
+    machineType: e2-standard-16
+  - name: gpu-gb200
+    machineType: a4x-highgpu-4g
+    labels:
+      cloud.google.com/gke-accelerator: nvidia-gb200
+      cloud.google.com/gke-gpu-driver-version: latest
+      cloud.google.com/gke-spot: 'true'
+    taints:
+    - key: nvidia.com/gpu
+      value: present
+      effect: NoSchedule
+    - key: kubernetes.io/arch
+      value: arm64
+      effect: NoSchedule
 EOF
 )"
 if [ "$DRY_RUN" = 1 ]; then

@@ -397,6 +397,22 @@ storage:
     capacity: 9000Gi
 network:
   mode: dranet
+gke:
+  nodePools:
+  - name: default-pool
+    machineType: e2-standard-16
+  - name: gpu-h200
+    machineType: a3-ultragpu-8g
+    labels:
+      cloud.google.com/gke-accelerator: nvidia-h200-141gb
+      cloud.google.com/gke-gpu-driver-version: latest
+      cloud.google.com/gke-spot: 'true'
+      gke.networks.io/accelerator-network-profile: auto
+      cloud.google.com/gke-networking-dra-driver: 'true'
+    taints:
+    - key: nvidia.com/gpu
+      value: present
+      effect: NoSchedule
 EOF
 )"
 if [ "$DRY_RUN" = 1 ]; then

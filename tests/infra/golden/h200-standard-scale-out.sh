@@ -622,6 +622,31 @@ network:
   - name: rdma-7
     vpc: nemo-rl-rdma-net
     subnet: nemo-rl-rdma-sub-7
+gke:
+  nodePools:
+  - name: default-pool
+    machineType: e2-standard-16
+  - name: gpu-h200-reserved
+    machineType: a3-ultragpu-8g
+    labels:
+      cloud.google.com/gke-accelerator: nvidia-h200-141gb
+      cloud.google.com/gke-gpu-driver-version: latest
+      cloud.google.com/reservation-name: rl-reservation
+      cloud.google.com/reservation-affinity: specific
+    taints:
+    - key: nvidia.com/gpu
+      value: present
+      effect: NoSchedule
+  - name: gpu-h200-spot
+    machineType: a3-ultragpu-8g
+    labels:
+      cloud.google.com/gke-accelerator: nvidia-h200-141gb
+      cloud.google.com/gke-gpu-driver-version: latest
+      cloud.google.com/gke-spot: 'true'
+    taints:
+    - key: nvidia.com/gpu
+      value: present
+      effect: NoSchedule
 kueue:
   enabled: true
   queueName: gpu-queue

@@ -484,6 +484,20 @@ network:
   - name: rdma-7
     vpc: nemo-rl-rdma-net
     subnet: nemo-rl-rdma-sub-7
+gke:
+  nodePools:
+  - name: default-pool
+    machineType: e2-standard-16
+  - name: gpu-h200
+    machineType: a3-ultragpu-8g
+    labels:
+      cloud.google.com/gke-accelerator: nvidia-h200-141gb
+      cloud.google.com/gke-gpu-driver-version: latest
+      cloud.google.com/gke-spot: 'true'
+    taints:
+    - key: nvidia.com/gpu
+      value: present
+      effect: NoSchedule
 EOF
 )"
 if [ "$DRY_RUN" = 1 ]; then
