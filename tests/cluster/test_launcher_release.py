@@ -55,7 +55,8 @@ from launcher_bed import (
 from generator.helm import runner as helm_mod
 from generator.rehearse.cluster import LocalCluster
 from testbed.kube import wait_for
-from tests.launcher.launcher_harness import ClusterHead, jobs_with_prefix, new_id, stand_in
+from tests.launcher.launcher_harness import EPOCHS_END, ClusterHead, jobs_with_prefix, new_id, stand_in
+from tests.launcher.nemo_rl_logs import Figures, run_log
 from tests.rehearse.rehearse_harness import cluster_of
 
 pytestmark = pytest.mark.ray
@@ -371,6 +372,26 @@ def test_a_run_that_ends_for_good_releases_the_gpu_workers(make, ending):
     recorded = s.outcome(rid)
     assert (recorded["state"], recorded["reason"]) == {"stalled": ("failed", "stalled"), "stopped": ("stopped", "stopped-by-user")}[ending]
     assert recorded["step"] == 10
+    wait_for("the RayCluster suspended with no pod left", lambda: suspended_and_empty(s), 60)
+    assert s.bridge.gpu_nodes() == []
+
+
+def test_a_run_whose_epochs_ended_is_finished_never_resubmitted_and_releases_the_gpu_workers(make):
+    """Issue 26: NeMo RL returns normally at the end of its last epoch, short of grpo.max_num_steps;
+    the launcher records it finished (not a deadline stop to resubmit) and releases the workers as
+    for any ended run."""
+    s = make(NEWEST)
+    s.ready()
+    rid = new_id()
+    log = s.folder / "driver.log"
+    log.write_text("\n".join(run_log("grpo_train", 20, [Figures(0.1, 1.0, 3000.0)] * 4, dataloader_len=2, end="epochs-ended", epochs=2)))
+    entry = f"{stand_in(s.folder, 'epochs', EPOCHS_END)} {s.folder / 'checkpoints'} {log}"
+    spec, env = s.spec(rid, entrypoint=entry, max_restarts=3, max_num_steps=20)
+    rc, out = s.run(spec, env)
+    assert rc == 0, out
+    assert "; resubmitting (" not in out, out
+    recorded = s.outcome(rid)
+    assert (recorded["state"], recorded["reason"], recorded["step"]) == ("succeeded", "epochs-ended", 4)
     wait_for("the RayCluster suspended with no pod left", lambda: suspended_and_empty(s), 60)
     assert s.bridge.gpu_nodes() == []
 

@@ -60,6 +60,18 @@ for i in range(3):
 """
 
 
+# NeMo RL with its data spent (grpo.max_num_epochs passes over GSM8K, grpo.py v0.5.0-v0.7.0): the
+# last step of the last epoch is saved (is_last_step) and grpo_train returns without a line of its
+# own; the job is SUCCEEDED short of grpo.max_num_steps. Here 2 epochs of 2 steps, 20 asked.
+EPOCHS_END = """
+import json, os, sys
+ckpt, log = sys.argv[1], sys.argv[2]
+os.makedirs(os.path.join(ckpt, 'step_4'))
+open(os.path.join(ckpt, 'step_4', 'training_info.json'), 'w').write(json.dumps({'total_steps': 4}))
+print(open(log).read(), flush=True)
+"""
+
+
 @dataclass
 class ClusterHead:
     """What the harness needs of a head (the Jobs API address, a folder, the environment), for a

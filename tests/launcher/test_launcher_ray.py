@@ -9,7 +9,7 @@ import time
 import pytest
 import ray
 from conftest import load_chart_program
-from launcher_harness import SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in
+from launcher_harness import EPOCHS_END, SUCCEEDS, jobs_with_prefix, new_id, run_launcher, stand_in
 from nemo_rl_logs import Figures, driver_script, run_log
 
 pytestmark = pytest.mark.ray
@@ -201,18 +201,6 @@ def test_a_run_stopped_at_its_save_deadline_is_resubmitted_until_max_num_steps(h
     assert f"attempt 2 submitted as {rid}-retry1; resumes from step_4 in {ckpt}" in proc.stdout
     assert f"run {rid} succeeded" in proc.stdout
     assert jobs_with_prefix(client, rid) == {rid: "SUCCEEDED", f"{rid}-retry1": "SUCCEEDED"}
-
-
-# NeMo RL with its data spent (grpo.max_num_epochs passes over GSM8K, grpo.py v0.5.0-v0.7.0): the
-# last step of the last epoch is saved (is_last_step) and grpo_train returns without a line of its
-# own; the job is SUCCEEDED short of grpo.max_num_steps. Here 2 epochs of 2 steps, 20 asked.
-EPOCHS_END = """
-import json, os, sys
-ckpt, log = sys.argv[1], sys.argv[2]
-os.makedirs(os.path.join(ckpt, 'step_4'))
-open(os.path.join(ckpt, 'step_4', 'training_info.json'), 'w').write(json.dumps({'total_steps': 4}))
-print(open(log).read(), flush=True)
-"""
 
 
 def test_a_run_that_ends_at_its_epochs_end_is_recorded_finished_and_never_resubmitted(head, client, tmp_path):
