@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from clusters import Made, made_for, node_daemonset, rendered_for, unique
+from clusters import Made, kubelet_plugin, kubelet_plugin_ready, made_for, rendered_for, unique
 
 from generator.cluster import report
 from generator.cluster.checks import dra as dra_check
@@ -35,23 +35,12 @@ def _check(made: Made, check: Any) -> report.Result:
     return check(Context(connect(made.cluster.kubeconfig, None, made.namespace), made.rendered))
 
 
-def _kubelet_plugin() -> dict[str, Any]:
-    """A DaemonSet named and placed as the chart installs the kubelet plugin with GKE's values (kwok runs its pods)."""
-    return node_daemonset(
-        dra.KUBELET_PLUGIN,
-        dra.NAMESPACE,
-        {"app": dra.KUBELET_PLUGIN},
-        {"key": LABEL, "operator": "In", "values": ["nvidia-gb200"]},
-        {"name": "compute-domains", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"},
-    )
-
-
 def _gb200_nodes(made: Made) -> list[str]:
     return sorted(n["metadata"]["name"] for n in made.kube.list("v1", "Node", label_selector=f"{LABEL}=nvidia-gb200"))
 
 
 def test_the_dra_driver_check_follows_what_the_cluster_has(bed):
-    with made_for(bed.cluster(NEWEST), rendered_for(GB200, unique("dra"))) as made:
+    with made_for(bed.cluster(NEWEST), rendered_for(GB200, unique("dra")), dra_driver=False) as made:
         nodes = _gb200_nodes(made)
         assert len(nodes) == 2  # the tutorial's 2 A4X nodes, simulated
         if made.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", dra.CRD) is None:
@@ -67,14 +56,8 @@ def test_the_dra_driver_check_follows_what_the_cluster_has(bed):
         if made.kube.get("v1", "Namespace", dra.NAMESPACE) is None:
             made.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": dra.NAMESPACE}}, wait_gone=True)
             wait_for(f"ServiceAccount default in {dra.NAMESPACE}", lambda: made.kube.get("v1", "ServiceAccount", "default", dra.NAMESPACE))
-        made.create(_kubelet_plugin(), wait_gone=True)
-
-        def ready_on_both() -> bool:
-            ds = made.kube.get("apps/v1", "DaemonSet", dra.KUBELET_PLUGIN, dra.NAMESPACE) or {}
-            s = ds.get("status") or {}
-            return s.get("desiredNumberScheduled") == 2 and s.get("numberReady") == 2
-
-        wait_for("the kubelet plugin ready on both A4X nodes", ready_on_both, 120)
+        made.create(kubelet_plugin("nvidia-gb200"), wait_gone=True)
+        wait_for("the kubelet plugin ready on both A4X nodes", lambda: kubelet_plugin_ready(made.kube, 2), 120)
         # The bed's DRA stand-in (testbed/dra_stand_in.py) publishes each A4X node's ResourceSlice
         # of compute-domain.nvidia.com, as the driver's kubelet plugin does on GKE.
         r = wait_for("doctor's dra-driver check passing", lambda: (c := _check(made, dra_check.check)).status == "pass" and c, 60)
