@@ -184,6 +184,7 @@ def infra_options(values: dict[str, Any], namespace: str, cluster: str = "nemo-r
         kueue=bool(values["kueue"]["enabled"]),
         kueue_queue=values["kueue"].get("queueName") or "gpu-queue",
         topology=topology,
+        network_mode=values["network"]["mode"],
     )
 
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from generator import cli
+from generator.gke import kueue_dra
 from generator.gke.profiles import PROFILES, profile
 from generator.infra import kueue
 from generator.render.manifests import parse_documents
@@ -1163,3 +1164,48 @@ def test_gb200_with_dranet_and_kueue_writes_the_kueue_version_and_sizes_the_driv
     [quota_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "ResourceQuota" in c.get("stdin", "")]
     assert yaml.safe_load(quota_call["stdin"])["spec"]["hard"] == {"pods": "7"}  # 3 nodes
     assert _helm_install(run)["rc"] == 0
+
+
+def test_with_dra_claims_kueue_maps_their_device_classes_and_the_queue_gives_quota_for_them(scripts, cloud):
+    """Kueue from 0.18 holds a workload whose claims name an unmapped DeviceClass (kueue v0.19.2
+    pkg/dra/claims.go): the script adds generator/gke/kueue_dra.py's mappings to Kueue's own
+    configuration (keeping what is there), restarts Kueue, and quotas each class per GPU node."""
+    run = cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    assert run.rc == 0, run.stderr
+    [cm_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "kind: ConfigMap" in c.get("stdin", "")]
+    cm = yaml.safe_load(cm_call["stdin"])
+    assert cm["metadata"] == {"name": "kueue-manager-config", "namespace": "kueue-system"}
+    config = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
+    assert config["webhook"] == {"port": 9443}  # Kueue's own configuration kept
+    assert config["resources"] == kueue_dra.configuration()
+    order = run.mutations
+    restart = order.index("kubectl rollout restart deployment/kueue-controller-manager")
+    assert order.index("kubectl apply") < restart  # the manifests, then the configuration
+    [queue_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "kind: ClusterQueue" in c.get("stdin", "")]
+    assert run.calls.index(cm_call) < run.calls.index(queue_call)
+    cq = next(d for d in yaml.safe_load_all(queue_call["stdin"]) if d["kind"] == "ClusterQueue")
+    [group] = cq["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/compute-domain-channel", "google.com/mrdma"]
+    quota = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
+    assert quota["cpu"]["nvidia.com/compute-domain-channel"] == "0" and quota["cpu"]["google.com/mrdma"] == "0"
+    assert quota["gb200-spot"]["nvidia.com/compute-domain-channel"] == "3"  # 3 nodes, one channel each
+    assert quota["gb200-spot"]["google.com/mrdma"] == "12"  # and their 4 NICs each
+
+    again = cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    assert again.rc == 0 and not [m for m in again.mutations if "rollout" in m or "ConfigMap" in m], again.mutations
+
+
+def test_a_kueue_configuration_with_its_own_resources_block_stops_naming_the_mappings(scripts, cloud):
+    cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    key = "k8s/kueue-system/configmap/kueue-manager-config"
+    state = marshal.loads(cloud.state.read_bytes())  # noqa: S302 - the fake's own state file
+    state["resources"][key] = {"data": "kind: Configuration\nresources:\n  excludeResourcePrefixes: []\n"}
+    cloud.state.write_bytes(marshal.dumps(state))
+    run = cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    assert run.rc == 1
+    assert "has a resources block of its own: add to it deviceClassMappings (nvidia.com/compute-domain-channel:" in run.stderr
+
+
+def test_machines_without_dra_claims_leave_kueues_configuration_alone(scripts):
+    text = scripts["h200-standard-scale-out"].read_text()
+    assert "deviceClassMappings" not in text and "rollout restart" not in text

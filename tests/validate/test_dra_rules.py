@@ -66,3 +66,15 @@ def test_a4x_presets_fit_four_gpu_nodes() -> None:
         assert int(ov["policy.dtensor_cfg.tensor_parallel_size"]) <= 4
         assert 4 % int(ov["policy.generation.vllm_cfg.tensor_parallel_size"]) == 0
         assert ov["cluster.gpus_per_node"] == "4"
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "h200"])
+def test_the_dranet_claim_counts_one_nic_per_listed_network(gpu: str) -> None:
+    # The chart claims exactly len(network.rdma) NICs (Kueue counts only ExactCount requests): a
+    # list shorter or longer than the machine's NICs would claim too few, or never be allocated.
+    values = build(Options(gpu=gpu, network="dranet"))
+    nics = len(values["network"]["rdma"])
+    values["network"]["rdma"] = values["network"]["rdma"][:-1]
+    message = _errors(values)["network.rdma"]
+    assert f"{nics - 1} RDMA networks listed; the DRANET claim asks for one NIC per entry" in message
+    assert f"has {nics}" in message
