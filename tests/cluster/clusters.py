@@ -33,14 +33,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from bed_helpers import Release, remove_cluster_scoped
+from bed_helpers import Release, remove_cluster_scoped, unique
 from kubernetes.client.exceptions import ApiException
 
 from generator.cluster.checks.storage import DRIVER as LUSTRE_DRIVER
@@ -68,11 +67,6 @@ RAYCLUSTER_CRD = "rayclusters.ray.io"
 NETWORKING = "networking.gke.io/v1"
 KUEUE = infra_kueue.API
 MADE_UP_TOKEN = base64.b64encode(b"made-up-token").decode()
-_names = itertools.count(1)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}"
 
 
 def rendered_for(values: Path, namespace: str, *sets: str, release: str = RELEASE) -> Rendered:

@@ -18,6 +18,7 @@ from generator.cluster.checks import kueue_version
 from generator.cluster.checks.context import Context
 from generator.cluster.kube import connect
 from generator.core.paths import ROOT
+from generator.gke import kueue_dra
 from generator.infra import dra
 from testbed.kube import crd_established, wait_for
 
@@ -112,3 +113,35 @@ def test_the_kueue_version_check_reads_kueues_controller_image(bed):
         _with_groups(made, 3, "v0.19.2")
         r = _check(made, kueue_version.check)
         assert (r.status, r.message) == ("warn", "kueue.version v0.19.2 allows 17 worker groups, the cluster's Kueue v0.18.2 only 9")
+
+
+def _kueue_config(resources: dict[str, Any] | None) -> dict[str, Any]:
+    config = {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration"} | ({"resources": resources} if resources else {})
+    meta = {"name": kueue_dra.CONFIG_MAP, "namespace": "kueue-system"}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {kueue_dra.CONFIG_KEY: yaml.safe_dump(config)}}
+
+
+def test_the_kueue_version_check_reads_the_dra_mappings_of_a_kueue_that_counts_claims(bed):
+    """A4X workers claim a ComputeDomain channel: Kueue >= 0.18 holds them unless its configuration
+    maps the channel's DeviceClass (kubernetes-sigs/kueue v0.19.2 pkg/dra/claims.go)."""
+    sets = ("kueue.enabled=true", "kueue.queueName=gpu-queue")
+    with made_for(bed.cluster(NEWEST), rendered_for(GB200, unique("kueue-dra"), *sets), gpu_nodes=False, dra_driver=False) as made:
+        if made.kube.get("v1", "Namespace", "kueue-system") is None:
+            made.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}, wait_gone=True)
+        made.create(_kueue_deployment("registry.k8s.io/kueue/kueue:v0.17.3"), wait_gone=True)
+        r = _check(made, kueue_version.check)
+        assert (r.status, r.message) == ("pass", "the cluster runs Kueue v0.17.3: up to 7 worker groups, the release has 1")
+
+        made.kube.apply(_kueue_deployment("registry.k8s.io/kueue/kueue:v0.19.2"))
+        r = _check(made, kueue_version.check)
+        assert r.status == "warn" and f"no ConfigMap kueue-system/{kueue_dra.CONFIG_MAP}" in r.message
+
+        made.create(_kueue_config({"excludeResourcePrefixes": []}))
+        r = _check(made, kueue_version.check)
+        assert r.status == "fail", r
+        assert "maps no compute-domain-default-channel.nvidia.com: Kueue holds the RayCluster" in r.message
+        assert "resources.deviceClassMappings (nvidia.com/compute-domain-channel: [compute-domain-default-channel.nvidia.com])" in r.fix
+
+        made.kube.apply(_kueue_config(kueue_dra.configuration()))
+        r = _check(made, kueue_version.check)
+        assert r.status == "pass", r
