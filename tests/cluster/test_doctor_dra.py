@@ -8,12 +8,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import clusters
 import pytest
 import yaml
 from clusters import Made, kubelet_plugin, kubelet_plugin_ready, made_for, rendered_for, unique
 
 from generator.cluster import report
 from generator.cluster.checks import dra as dra_check
+from generator.cluster.checks import kueue as kueue_check
 from generator.cluster.checks import kueue_version
 from generator.cluster.checks.context import Context
 from generator.cluster.kube import connect
@@ -145,3 +147,31 @@ def test_the_kueue_version_check_reads_the_dra_mappings_of_a_kueue_that_counts_c
         made.kube.apply(_kueue_config(kueue_dra.configuration()))
         r = _check(made, kueue_version.check)
         assert r.status == "pass", r
+
+
+def test_the_kueue_queue_check_wants_quota_for_each_claimed_device_class(bed):
+    """The ClusterQueue the infra script makes quotas the A4X workers' channels; with that quota
+    taken away Kueue never admits the RayCluster, and doctor says which resource is short."""
+    sets = ("kueue.enabled=true", "kueue.queueName=gpu-queue")
+    with made_for(bed.cluster(NEWEST), rendered_for(GB200, unique("kueue-dra-quota"), *sets), gpu_nodes=False, dra_driver=False) as made:
+        r = _check(made, kueue_check.check)
+        assert r.status == "pass", r
+        cq = clusters._cluster_queue(made)
+        for flavor in cq["spec"]["resourceGroups"][0]["flavors"]:
+            for res in flavor["resources"]:
+                if res["name"] == "nvidia.com/compute-domain-channel":
+                    res["nominalQuota"] = "0"
+        made.kube.apply(cq)
+        wait_for("the ClusterQueue's new quota served", lambda: _channel_quota(made) == "0", 30)
+        r = _check(made, kueue_check.check)
+        assert r.status == "fail", r
+        assert (
+            "has 0 nominal nvidia.com/compute-domain-channel (DeviceClass compute-domain-default-channel.nvidia.com), the workers claim 2"
+            in r.message
+        )
+
+
+def _channel_quota(made: Made) -> str:
+    cq = made.kube.get(clusters.KUEUE, "ClusterQueue", "nemo-rl") or {}
+    flavors = cq["spec"]["resourceGroups"][0]["flavors"]
+    return next(r["nominalQuota"] for f in flavors if f["name"] != "cpu" for r in f["resources"] if r["name"].endswith("channel"))
