@@ -40,6 +40,7 @@ from generator.core.schema import SCHEMA_PATH, load_schema
 from generator.generate import render_text
 from generator.gke import kueue_versions
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
+from generator.gke.provisioning import example_reservation
 from generator.render import k8s_schema
 from generator.render.crd_schema import compiled
 from generator.render.manifests import KUBE_VERSIONS
@@ -78,6 +79,18 @@ EXAMPLES: dict[str, list[str]] = {
     "tutorial": ["--wandb"],
     "scale-out": ["--groups", "reserved=4:reservation:rl-reservation,spot=4:spot", "--kueue-queue", "gpu-queue", "--wandb"],
 }
+SECOND_RESERVATION = "extra=4:reservation:rl-reservation-2"  # the scale-out's second group where Spot is not offered
+
+
+def for_machine(gpu: str, argv: list[str]) -> list[str]:
+    """The generator's options for this machine: its profile row decides how its nodes are obtained,
+    so a machine offered by reservation only gets a reservation's name, and Spot groups become a
+    second reservation."""
+    p = PROFILES[gpu]
+    if p.offers("spot"):
+        return ["--gpu", gpu, *argv]
+    argv = [a.replace("spot=4:spot", SECOND_RESERVATION) for a in argv]
+    return ["--gpu", gpu, *argv, *([] if "--groups" in argv else ["--reservation", example_reservation(p)])]
 
 
 def _releases_doc() -> str:
@@ -128,20 +141,20 @@ def targets() -> dict[Path, Callable[[], str]]:
             CHART_DIR / "values.schema.json": _schema,
             CHART_DIR / "values.yaml": _generated(["--gpu", DEFAULT_ACCELERATOR]),
         }
-        | {CHART_DIR / "ci" / f"{gpu}-values.yaml": _generated(["--gpu", gpu]) for gpu in others}
+        | {CHART_DIR / "ci" / f"{gpu}-values.yaml": _generated(for_machine(gpu, [])) for gpu in others}
         | {
-            CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(["--gpu", gpu, "--mode", "autopilot"])
+            CHART_DIR / "ci" / f"{gpu}-autopilot-values.yaml": _generated(for_machine(gpu, ["--mode", "autopilot"]))
             for gpu, p in PROFILES.items()
             if p.autopilot
         }
         | {
-            CHART_DIR / "ci" / f"{gpu}-dranet-values.yaml": _generated(["--gpu", gpu, "--network", "dranet"])
+            CHART_DIR / "ci" / f"{gpu}-dranet-values.yaml": _generated(for_machine(gpu, ["--network", "dranet"]))
             for gpu, p in PROFILES.items()
             if p.dranet
         }
         | {CHART_DIR / "templates" / "_kueue_limits.tpl": kueue_versions.template}
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
-        | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(["--gpu", gpu, *argv]) for name, argv in EXAMPLES.items() for gpu in PROFILES}
+        | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(for_machine(gpu, argv)) for name, argv in EXAMPLES.items() for gpu in PROFILES}
         | {path: (lambda text=text: text) for path, text in compiled().items()}
         | {path: (lambda text=text: text) for path, text in k8s_schema.compiled(KUBE_VERSIONS).items()}
         | {MERGED_RECIPES: merged_recipes_text}

@@ -27,7 +27,13 @@ for gpu in $profiles; do
     # never over a file the user may have edited (docs/install-on-gke.md, step 2)
     echo "    values-$gpu.yaml exists: kept (delete it to write a fresh one)"
   else
-    "$py" -m generator --gpu "$gpu" 2>&1 | sed 's/^/    /'
+    # a machine Google offers by reservation only (A4X) needs one named: a placeholder to replace
+    reserve="$("$py" -c 'import sys
+from generator.gke.profiles import profile
+from generator.gke.provisioning import example_reservation, machine_default
+p = profile(sys.argv[1])
+print(f"--reservation={example_reservation(p)}" if machine_default(p) == "reservation" else "")' "$gpu")"
+    "$py" -m generator --gpu "$gpu" ${reserve:+"$reserve"} 2>&1 | sed 's/^/    /'
   fi
 done
 echo "==> validate"

@@ -28,7 +28,8 @@ from typing import Any
 import yaml
 
 from generator.core.paths import ROOT
-from generator.gke.profiles import DEFAULT_ACCELERATOR
+from generator.gke.profiles import DEFAULT_ACCELERATOR, profile
+from generator.gke.provisioning import example_reservation, machine_default
 from generator.infra.options import InfraOptions
 from testbed import components, components_argv, dra_stand_in, kueue_setup, nodes, pki
 from testbed.build import build, module_dir
@@ -44,8 +45,21 @@ START_TIMEOUT_S = 180  # per process, on a loaded two-core machine
 
 
 def default_infra(gpu: str = DEFAULT_ACCELERATOR, nodes_per_pool: int = 2) -> InfraOptions:
-    """The Standard cluster `python -m generator infra --gpu GPU` builds (a Spot pool of 2 nodes)."""
-    return InfraOptions(gpu=gpu, project="testbed", region="us-central1", zone="us-central1-b", nodes=nodes_per_pool)
+    """The Standard cluster `python -m generator infra --gpu GPU` builds: a pool of 2 nodes of the
+    machine's default provisioning (Spot; for a machine offered by reservation only, the reservation
+    the repository's generated files name)."""
+    p = profile(gpu)
+    prov = machine_default(p)
+    reservation = example_reservation(p) if prov == "reservation" else ""
+    return InfraOptions(
+        gpu=gpu,
+        project="testbed",
+        region="us-central1",
+        zone="us-central1-b",
+        nodes=nodes_per_pool,
+        provisioning=prov,
+        reservation=reservation,
+    )
 
 
 @dataclass

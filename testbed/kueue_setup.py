@@ -9,6 +9,8 @@ pkg/controller/jobframework/setup.go):
   certificate there (only when none is there);
 - the visibility API server (VisibilityOnDemand) needs certificates of its own and an APIService
   that would break discovery when not served: turned off;
+- the DeviceClasses the workers' DRA claims name are mapped to quota resources as the infra
+  script maps them, from the same table (generator/gke/kueue_dra.py: resources.deviceClassMappings);
 - only the RayCluster integration is enabled; a framework's webhooks are kept only for what is
   enabled (RayClusters and Kueue's own kinds), each pointed at `https://127.0.0.1:PORT/<path>`
   with the test bed's CA, as controller-runtime's envtest does. The pod, Job and Deployment
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from generator.gke import kueue_dra
 
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 KEPT_GROUPS = {"kueue.x-k8s.io"}
@@ -42,6 +46,7 @@ def config(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any
         "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         "integrations": {"frameworks": ["ray.io/raycluster"]},
+        "resources": kueue_dra.configuration(),
         "featureGates": {"VisibilityOnDemand": False},
     }
 

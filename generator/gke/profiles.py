@@ -41,11 +41,20 @@ class AcceleratorProfile:
     compute_domain: bool = False
     # GKE managed DRANET attaches this machine's RDMA NICs (network.mode: dranet).
     dranet: bool = True
+    # How Google offers this machine's capacity (workerGroups[].provisioning), the default first;
+    # empty: every type (gke/provisioning.TYPES), Spot by default.
+    provisioning: tuple[str, ...] = ()
+    # Where that restriction is written.
+    provisioning_source: str = ""
 
     @property
     def autopilot(self) -> bool:
         """Autopilot runs this machine: not when it needs DRA (GKE's DRA docs: not on Autopilot)."""
         return not self.compute_domain
+
+    def offers(self, provisioning: str) -> bool:
+        """Google offers this machine's capacity this way (every type when the row names none)."""
+        return not self.provisioning or provisioning in self.provisioning
 
     @property
     def tuner_file(self) -> str:
@@ -114,6 +123,13 @@ PROFILES: dict[str, AcceleratorProfile] = {
         cpu_arch="arm64",
         gib_installer="nccl-rdma-installer-a4x.yaml",
         compute_domain=True,
+        # A4X capacity comes from future reservations in AI Hypercomputer only: flex-start, Spot and
+        # calendar-mode reservations are for other GPU machines.
+        provisioning=("reservation",),
+        provisioning_source=(
+            'Google Cloud, AI Hypercomputer "Consumption options" (https://cloud.google.com/ai-hypercomputer/docs/consumption-models):'
+            " flex-start and Spot serve any GPU machine except A4X"
+        ),
     ),
 }
 

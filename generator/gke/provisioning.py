@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from generator.gke import networks
+from generator.gke.profiles import AcceleratorProfile
 
 MODES = ("standard", "autopilot")
 DEFAULT_MODE = "standard"
@@ -179,3 +180,22 @@ def gpu_node_taints(provisioning: str, cpu_arch: str = "amd64") -> list[Taint]:
     """The taints of a GPU node of this provisioning type and CPU architecture: the GPU taint,
     the type's, then the architecture's (`arch_taints`)."""
     return [GPU_TAINT, *TYPES[provisioning].taints, *arch_taints(cpu_arch)]
+
+
+def machine_default(p: AcceleratorProfile) -> str:
+    """How this machine's GPU nodes are obtained when no provisioning is given: the first the
+    profile row offers (Spot for a row that offers every type)."""
+    return p.provisioning[0] if p.provisioning else DEFAULT_PROVISIONING
+
+
+def not_offered(p: AcceleratorProfile, provisioning: str) -> str:
+    """Why this machine cannot be obtained this way ("" when it can), with the row's source."""
+    if p.offers(provisioning):
+        return ""
+    return f"{p.machine_type} ({p.key}) is offered as {', '.join(p.provisioning)} only, not {provisioning} ({p.provisioning_source})"
+
+
+def example_reservation(p: AcceleratorProfile) -> str:
+    """The reservation the repository's generated files and the test bed name for a machine offered
+    by reservation only (scripts/sync.sh's scenarios and examples, testbed.bed.default_infra)."""
+    return f"{p.key}-reservation"

@@ -7,6 +7,7 @@ names the option and exit status 1. The script goes to stdout, or atomically to 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shlex
@@ -20,7 +21,7 @@ from generator.gke import networks
 from generator.gke.locations import REGION, ZONE_SUFFIX
 from generator.gke.lustre import LUSTRE_THROUGHPUTS, LUSTRE_TIERS, sizes_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES, profile
-from generator.gke.provisioning import MODES, PROVISIONING
+from generator.gke.provisioning import MODES, PROVISIONING, machine_default, not_offered
 from generator.infra.options import NETWORK_MODES, TOPOLOGY_MODES, InfraOptions
 from generator.infra.script import bring_up_script, teardown_script
 from generator.values.worker_groups import MAX_NODES, GroupSpec, parse_groups, worker_nodes
@@ -59,7 +60,12 @@ INFRA_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--zone", "zone of the GPU nodes and the Lustre instance, e.g. us-central1-b", required=True),
     OptionSpec("--mode", f"GKE mode; default {D.mode}", choices=lambda: MODES),
     OptionSpec("--nodes", f"GPU nodes (8 GPUs each), 1-{MAX_NODES}; default {D.nodes}", type=int, unset_default=True),
-    OptionSpec("--provisioning", f"how GPU nodes are obtained; default {D.provisioning}", choices=lambda: PROVISIONING, unset_default=True),
+    OptionSpec(
+        "--provisioning",
+        f"how GPU nodes are obtained; default the machine's ({D.provisioning}; reservation where Google offers nothing else)",
+        choices=lambda: PROVISIONING,
+        unset_default=True,
+    ),
     OptionSpec("--reservation", "reservation name or path (with --provisioning reservation)", unset_default=True),
     OptionSpec(
         "--groups",
@@ -152,6 +158,13 @@ def _check_reservation(option: str, reservation: str) -> None:
     )
 
 
+def _check_offered(o: InfraOptions) -> None:
+    """Each GPU pool is obtained a way Google offers the machine (its profile row decides)."""
+    p = profile(o.gpu)
+    for g in o.worker_groups:
+        _check(not (why := not_offered(p, g.provisioning)), "--groups" if o.groups else "--provisioning", why)
+
+
 def _check_groups(o: InfraOptions) -> None:
     names = [g.name for g in o.groups]
     for g in o.groups:
@@ -172,7 +185,10 @@ def _check_nodes(o: InfraOptions) -> None:
     else:
         _check(1 <= o.nodes <= MAX_NODES, "--nodes", f"must be between 1 and {MAX_NODES}, got {o.nodes}")
         if o.provisioning == "reservation":
-            _check(bool(o.reservation), "--reservation", "required with --provisioning reservation")
+            p = profile(o.gpu)
+            why = f"{p.machine_type} ({p.key}) nodes come from a reservation ({p.provisioning_source}): name it with --reservation NAME"
+            plain = "required with --provisioning reservation"
+            _check(bool(o.reservation), "--reservation", why if machine_default(p) == "reservation" else plain)
             _check_reservation("--reservation", o.reservation)
         else:
             _check(not o.reservation, "--reservation", f"only with --provisioning reservation (got --provisioning {o.provisioning})")
@@ -222,7 +238,9 @@ def options_from_args(args: argparse.Namespace) -> InfraOptions:
     if args.groups and given:
         raise _Invalid(f"--groups: it sets each group's nodes, provisioning and reservation: drop {', '.join(given)}")
     opts = options_of(args, INFRA_OPTIONS, DEFAULTS)
-    for check in (_check_location, _check_nodes, _check_storage_and_names):
+    if args.provisioning is None and not opts.groups and opts.gpu in PROFILES:
+        opts = dataclasses.replace(opts, provisioning=machine_default(PROFILES[opts.gpu]))
+    for check in (_check_location, _check_offered, _check_nodes, _check_storage_and_names):
         check(opts)
     return opts
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from generator.gke import kueue_dra
 from generator.gke.profiles import profile
 from generator.gke.provisioning import TYPES
 from generator.gke.topology import LEVELS
@@ -73,6 +74,8 @@ def manifests(o: InfraOptions) -> list[dict[str, Any]]:
     """The Kueue objects, in the order they are applied."""
     p = profile(o.gpu)
     tas = o.topology != "none"
+    dra = kueue_dra.needed(p.compute_domain, o.network_mode)
+    covered = ["cpu", "memory", "nvidia.com/gpu", *(m.resource for m in dra)]
     docs: list[dict[str, Any]] = []
     if tas:
         docs.append(
@@ -84,7 +87,8 @@ def manifests(o: InfraOptions) -> list[dict[str, Any]]:
             }
         )
     docs.append({"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": CPU_FLAVOR}, "spec": {}})
-    quotas: list[dict[str, Any]] = [{"name": CPU_FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in CPU_QUOTA.items()]}]
+    cpu = CPU_QUOTA | dict.fromkeys((m.resource for m in dra), "0")
+    quotas: list[dict[str, Any]] = [{"name": CPU_FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in cpu.items()]}]
     seen: dict[str, int] = {}
     for g in sorted(o.worker_groups, key=lambda g: FLAVOR_ORDER.index(g.provisioning)):
         res = reservation_name(g.reservation)
@@ -105,6 +109,8 @@ def manifests(o: InfraOptions) -> list[dict[str, Any]]:
                     {"name": "cpu", "nominalQuota": str(nodes * p.host_vcpus)},
                     {"name": "memory", "nominalQuota": f"{nodes * p.host_memory_gib}Gi"},
                     {"name": "nvidia.com/gpu", "nominalQuota": str(nodes * p.gpus_per_node)},
+                    # The DRA devices each worker claims (one worker per node), by Kueue's mapping.
+                    *({"name": m.resource, "nominalQuota": str(nodes * m.per_worker(p))} for m in dra),
                 ],
             }
         )
@@ -115,7 +121,7 @@ def manifests(o: InfraOptions) -> list[dict[str, Any]]:
             "metadata": {"name": CLUSTER_QUEUE},
             "spec": {
                 "namespaceSelector": {},
-                "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": quotas}],
+                "resourceGroups": [{"coveredResources": covered, "flavors": quotas}],
             },
         }
     )
@@ -128,6 +134,53 @@ def manifests(o: InfraOptions) -> list[dict[str, Any]]:
         }
     )
     return docs
+
+
+DRA_CONFIG = """\
+# Kueue from 0.18 counts the workers' DRA claims against the ClusterQueue's quota and holds a
+# workload whose DeviceClass its configuration does not map (resources.deviceClassMappings;
+# kubernetes-sigs/kueue v0.19.2 pkg/dra/claims.go): map the classes the workers claim
+# (%(classes)s) in Kueue's own configuration, then restart Kueue to read it.
+query kueue_cfg "" kubectl get configmap %(config_map)s --namespace=kueue-system -o "jsonpath={.data.%(key)s}"
+if ! grep -q 'deviceClassMappings' <<<"$kueue_cfg"; then
+  if grep -q '^resources:' <<<"$kueue_cfg"; then
+    die "Kueue's configuration (ConfigMap kueue-system/%(config_map)s) has a resources block of its own:" \\
+      "add to it deviceClassMappings %(inline)s, then run this script again"
+  fi
+  kueue_cfg+=$'\\n'"$(
+    cat <<'EOF'
+%(block)sEOF
+  )"
+  kueue_cm="$(printf 'apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: %%s\\n  namespace: kueue-system\\n' %(config_map)s)"
+  kueue_cm+=$'\\n'"data:"$'\\n'"  %(plain_key)s: |"
+  kueue_cm+=$'\\n'"    ${kueue_cfg//$'\\n'/$'\\n    '}"
+  if [ "$DRY_RUN" = 1 ]; then
+    printf '%%s\\n' "$kueue_cm" | sed 's/^/      | /'
+  fi
+  run kubectl apply -f - <<<"$kueue_cm"
+  run kubectl rollout restart deployment/kueue-controller-manager --namespace=kueue-system
+  run kubectl rollout status deployment/kueue-controller-manager --namespace=kueue-system --timeout=300s
+fi
+"""
+
+
+def dra_needed(o: InfraOptions) -> bool:
+    """The release's workers claim DRA devices Kueue must map (a ComputeDomain channel, DRANET NICs)."""
+    return bool(kueue_dra.needed(profile(o.gpu).compute_domain, o.network_mode))
+
+
+def dra_config_step() -> str:
+    """Kueue's configuration with the one table's deviceClassMappings (generator/gke/kueue_dra.py)."""
+    resources = kueue_dra.configuration()
+    inline = ", ".join(f"{m['name']}: {m['deviceClassNames'][0]}" for m in resources["deviceClassMappings"])
+    return DRA_CONFIG % {
+        "classes": ", ".join(m.device_class for m in kueue_dra.MAPPINGS),
+        "config_map": kueue_dra.CONFIG_MAP,
+        "key": kueue_dra.CONFIG_KEY.replace(".", "\\."),
+        "plain_key": kueue_dra.CONFIG_KEY,
+        "inline": f"({inline})",
+        "block": yaml.safe_dump({"resources": resources}, sort_keys=False),
+    }
 
 
 def config_step(o: InfraOptions) -> str:

@@ -589,7 +589,10 @@ def bring_up_steps(o: InfraOptions) -> list[Step]:
         steps.append(Step(f"NVIDIA DRA driver {dra.CHART_VERSION} (ComputeDomain)", dra.install_step(p, nodes)))
     steps.append(Step("Namespace and its Pod Security level", NAMESPACE_STEP))
     if o.kueue:
-        steps += [Step("Kueue", kueue.INSTALL), Step("Kueue queues", kueue.config_step(o))]
+        steps += [Step("Kueue", kueue.INSTALL)]
+        if kueue.dra_needed(o):
+            steps.append(Step("Kueue's DRA device classes", kueue.dra_config_step()))
+        steps.append(Step("Kueue queues", kueue.config_step(o)))
     steps += [
         Step("Managed Lustre: private services access", LUSTRE_ACCESS % {"prefix": LUSTRE_PSA_PREFIX_LENGTH}),
         Step("Managed Lustre instance", LUSTRE_INSTANCE),

@@ -8,7 +8,7 @@ from typing import Any
 
 from generator.gke import networks, versions
 from generator.gke.profiles import profile
-from generator.gke.provisioning import DEFAULT_MODE, DEFAULT_PROVISIONING, MODES, PROVISIONING
+from generator.gke.provisioning import DEFAULT_MODE, MODES, PROVISIONING, machine_default, not_offered
 from generator.gke.sizing import worker_sizing
 from generator.nemo_rl import releases
 from generator.nemo_rl import run_spec as grpo
@@ -41,7 +41,7 @@ class Options:
     storage_claim: str = ""
     network_prefix: str = networks.DEFAULT_PREFIX
     existing_networks: bool = False  # cluster-scoped objects another release already owns
-    provisioning: str = DEFAULT_PROVISIONING
+    provisioning: str = ""  # empty: the machine's default (gke/provisioning.machine_default)
     reservation: str = ""
     reservation_project: str = ""  # the project that shares the reservation, when not the cluster's
     release: str = releases.DEFAULT_RELEASE
@@ -203,7 +203,20 @@ def prepare_values(rel: releases.NemoRlRelease) -> dict[str, Any]:
 
 
 def groups(opts: Options) -> tuple[GroupSpec, ...]:
-    return opts.groups or (GroupSpec("gpu", opts.nodes, opts.provisioning, opts.reservation),)
+    return opts.groups or (GroupSpec("gpu", opts.nodes, opts.provisioning or machine_default(profile(opts.gpu)), opts.reservation),)
+
+
+def check_provisioning(opts: Options) -> None:
+    """Each group is obtained a way Google offers the machine (the profile row decides); a machine
+    offered by reservation only, taken by default, needs the reservation named."""
+    p = profile(opts.gpu)
+    for g in groups(opts):
+        if why := not_offered(p, g.provisioning):
+            option = "--groups" if opts.groups else "--provisioning"
+            raise ValueError(f"{option}: {why}")
+    if not opts.groups and groups(opts)[0].provisioning == "reservation" and not opts.reservation:
+        where = f" ({p.provisioning_source})" if not opts.provisioning else ""
+        raise ValueError(f"--reservation: {p.machine_type} ({p.key}) nodes come from a reservation{where}: name it with --reservation NAME")
 
 
 def _reservation_project(opts: Options, group: GroupSpec) -> str:
@@ -232,8 +245,9 @@ def build(opts: Options) -> dict[str, Any]:
     """The whole values document, in the order the chart's values.yaml presents it."""
     p = profile(opts.gpu)
     rel = releases.release(opts.release)
-    if opts.provisioning not in PROVISIONING:
+    if opts.provisioning and opts.provisioning not in PROVISIONING:
         raise ValueError(f"unknown provisioning {opts.provisioning!r}: choose one of {', '.join(PROVISIONING)}")
+    check_provisioning(opts)
     spec = grpo.build_spec(run_choices(opts), rel)
     return {
         "nameOverride": "",

@@ -55,7 +55,13 @@ GENERATE_OPTIONS: tuple[OptionSpec, ...] = (
         switch=True,
         header=20,
     ),
-    OptionSpec("--provisioning", "how GPU nodes are obtained; default spot", choices=lambda: PROVISIONING, unset_default=True, header=5),
+    OptionSpec(
+        "--provisioning",
+        "how GPU nodes are obtained; default the machine's (spot; reservation where Google offers nothing else)",
+        choices=lambda: PROVISIONING,
+        unset_default=True,
+        header=5,
+    ),
     OptionSpec("--reservation", "reservation name (with --provisioning reservation)", unset_default=True, header=6),
     OptionSpec(
         "--reservation-project",

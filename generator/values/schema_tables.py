@@ -5,8 +5,9 @@
   so adding a profile to the table is all it takes;
 - the NeMo RL release lists, from the release table (nemo_rl.releases.RELEASES): the descriptions
   of `image.tag`, `rayVersion`, `grpo.entrypoint` and `head.resources`;
-- `gke.mode` (gke.MODES), `workerGroups[].provisioning` (gke.PROVISIONING) and the most
-  `workerGroups[].replicas` (worker_groups.MAX_NODES)."""
+- `gke.mode` (gke.MODES), `workerGroups[].provisioning` (gke.PROVISIONING), the most
+  `workerGroups[].replicas` (worker_groups.MAX_NODES) and the most worker groups, `workerGroups`'
+  maxItems (kueue_versions.MOST_WORKER_GROUPS, the highest limit of the Kueue table)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,7 @@ def synced_schema_text(text: str) -> str:
     accelerator_schema(props["accelerator"])
     release_descriptions(props)
     props["gke"]["properties"]["mode"]["enum"] = list(MODES)
+    props["workerGroups"]["maxItems"] = kueue_versions.MOST_WORKER_GROUPS
     group = props["workerGroups"]["items"]["properties"]
     group["provisioning"]["enum"] = list(PROVISIONING)
     group["replicas"]["maximum"] = MAX_NODES

@@ -4,10 +4,12 @@ generates from it, by the chart's own guard; both stop at the same count for eve
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import render_text, values_for, with_changes
 
-from generator.core.paths import CHART_DIR
+from generator.core.paths import CHART_DIR, ROOT
 from generator.gke import kueue_versions
 from generator.helm.runner import HelmError
 from generator.validate.values import validate_values
@@ -56,10 +58,19 @@ def test_validate_and_the_chart_stop_at_the_same_count(helms, version, limit):
 
 
 def test_under_kueue_0_19_the_schemas_most_groups_are_admitted(helm):
-    # Kueue >= 0.19 admits 17 worker groups; the values schema allows 16 (workerGroups.maxItems) in any case.
-    values = _groups(16, "v0.19.2")
+    # Kueue >= 0.19 admits 17 worker groups (18 PodSets, the head's one of them): the values schema's
+    # workerGroups.maxItems is that, generated from the table; one more is refused by the schema itself.
+    most = kueue_versions.MOST_WORKER_GROUPS
+    assert most == 17
+    for schema in (ROOT / "schemas" / "values.schema.json", CHART_DIR / "values.schema.json"):
+        assert json.loads(schema.read_text())["properties"]["workerGroups"]["maxItems"] == most
+    values = _groups(most, "v0.19.2")
     assert _group_errors(values) == []
     assert "kind: RayCluster" in render_text(helm, [values])
+    over = _groups(most + 1, "v0.19.2")
+    assert [f.key for f in validate_values(over) if f.level == "error"] == ["workerGroups"]  # the schema's maxItems
+    with pytest.raises(HelmError, match="workerGroups"):
+        render_text(helm, [over])
 
 
 def test_the_limit_applies_only_with_kueue_enabled(helm):

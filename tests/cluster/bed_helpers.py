@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from generator.core.paths import ROOT
@@ -24,23 +23,10 @@ CHART = ROOT / "charts" / "nemo-rl-gke"
 RAY = "ray.io/v1"
 _names = itertools.count(1)
 
-# Issue 28's last part for doctor: the bed simulates A4X and DRANET nodes, the ComputeDomain CRD and
-# the ResourceSlices (testbed/dra_stand_in.py), and test_install.py installs those scenarios; doctor's
-# whole-scenario test does not yet make what its DRA checks read (the driver's kubelet-plugin
-# DaemonSet, ComputeDomains among the kinds its cluster is made for).
-NOT_ON_THE_BED = (
-    "doctor on a DRA scenario needs the DRA driver's DaemonSet and ComputeDomains in the cluster the test makes: not made yet, issue 28"
-)
-
 
 def needs_dra(values: Path) -> bool:
     doc = yaml.safe_load(values.read_text()) or {}
     return bool(doc.get("accelerator", {}).get("computeDomain")) or doc.get("network", {}).get("mode") == "dranet"
-
-
-def scenarios(paths: Sequence[Path]) -> list[Any]:
-    """Every example and ci/ scenario as a test parameter; those the bed cannot hold yet are skipped, saying why."""
-    return [pytest.param(p, marks=pytest.mark.skip(reason=NOT_ON_THE_BED)) if needs_dra(p) else p for p in paths]
 
 
 def unique(prefix: str) -> str:

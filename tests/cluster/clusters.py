@@ -11,6 +11,10 @@ A healthy cluster for a release (`made_for`), as infra.sh leaves it before `helm
   manifest (generator/infra/steps.py INSTALLERS), on the GPU nodes only: the real DaemonSet
   controller makes its pods, the real scheduler binds them, kwok makes them Ready;
 - the token Secret the values name (secrets.source existing);
+- with accelerator.computeDomain, the DRA driver as the infra script installs it
+  (generator/infra/dra.py): its namespace and its kubelet plugin's DaemonSet on the machine's GPU
+  nodes, whose pods kwok makes Ready; the bed already serves the ComputeDomain CRD and its DRA
+  stand-in publishes each GPU node's ResourceSlices (testbed/dra_stand_in.py);
 - with kueue.enabled, Kueue's queue as infra.sh configures it (generator.infra.kueue.manifests),
   until the real Kueue reports the LocalQueue active;
 - with storage.existingClaim, a PersistentVolume of the Lustre driver and its claim, bound by the
@@ -29,19 +33,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from bed_helpers import Release, remove_cluster_scoped
+from bed_helpers import Release, remove_cluster_scoped, unique
 from kubernetes.client.exceptions import ApiException
 
 from generator.cluster.checks.storage import DRIVER as LUSTRE_DRIVER
 from generator.cluster.release import Rendered, render, requests
 from generator.helm import runner as helm_mod
+from generator.infra import dra as infra_dra
 from generator.infra import kueue as infra_kueue
 from generator.infra.options import InfraOptions
 from generator.infra.steps import INSTALLERS, NAMESPACE_LABELS
@@ -63,11 +67,6 @@ RAYCLUSTER_CRD = "rayclusters.ray.io"
 NETWORKING = "networking.gke.io/v1"
 KUEUE = infra_kueue.API
 MADE_UP_TOKEN = base64.b64encode(b"made-up-token").decode()
-_names = itertools.count(1)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}"
 
 
 def rendered_for(values: Path, namespace: str, *sets: str, release: str = RELEASE) -> Rendered:
@@ -114,9 +113,10 @@ def delete(kube: Kube, api: str, kind: str, name: str, namespace: str | None = N
 
 
 @contextlib.contextmanager
-def made_for(cluster: Cluster, rendered: Rendered, gpu_nodes: bool = True) -> Iterator[Made]:
+def made_for(cluster: Cluster, rendered: Rendered, gpu_nodes: bool = True, dra_driver: bool = True) -> Iterator[Made]:
     """A healthy cluster for the release (see the module's docstring), undone on the way out.
-    `gpu_nodes` False adds no node: the test bed's own pool is all there is."""
+    `gpu_nodes` False adds no node: the test bed's own pool is all there is; `dra_driver` False
+    leaves the DRA driver's kubelet plugin out."""
     made = Made(cluster, rendered)
     try:
         make_namespace(made)
@@ -124,6 +124,8 @@ def made_for(cluster: Cluster, rendered: Rendered, gpu_nodes: bool = True) -> It
             add_gpu_pools(made)
         made.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": lustre_driver(rendered)}, "spec": {}})
         add_rdma_installer(made)
+        if dra_driver and made.values["accelerator"].get("computeDomain"):
+            add_dra_driver(made)
         secrets = made.values["secrets"]
         if secrets["source"] == "existing":
             add_token_secret(made)
@@ -176,6 +178,7 @@ def infra_options(values: dict[str, Any], namespace: str, cluster: str = "nemo-r
         kueue=bool(values["kueue"]["enabled"]),
         kueue_queue=values["kueue"].get("queueName") or "gpu-queue",
         topology=topology,
+        network_mode=values["network"]["mode"],
     )
 
 
@@ -275,6 +278,45 @@ def add_rdma_installer(made: Made) -> None:
         return all(_ready(pods.get(n)) for n in gpu_node_names(made.kube, label))
 
     wait_for(f"DaemonSet {ns}/{INSTALLER} Ready on every GPU node", ready_everywhere, 120)
+
+
+def kubelet_plugin(node_label: str) -> dict[str, Any]:
+    """The DRA driver's kubelet plugin as its chart names it with the infra script's release name,
+    placed on the machine's GPU nodes (GKE's values; its pods never run here, kwok reports them Ready)."""
+    return node_daemonset(
+        infra_dra.KUBELET_PLUGIN,
+        infra_dra.NAMESPACE,
+        {"app": infra_dra.KUBELET_PLUGIN},
+        {"key": ACCELERATOR_LABEL, "operator": "In", "values": [node_label]},
+        {"name": "compute-domains", "image": f"registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v{infra_dra.CHART_VERSION}"},
+    )
+
+
+def kubelet_plugin_ready(kube: Kube, nodes: int) -> bool:
+    ds = kube.get("apps/v1", "DaemonSet", infra_dra.KUBELET_PLUGIN, infra_dra.NAMESPACE) or {}
+    s = ds.get("status") or {}
+    return s.get("desiredNumberScheduled") == nodes and s.get("numberReady") == nodes
+
+
+def add_dra_driver(made: Made) -> None:
+    """The driver's namespace and kubelet plugin, until the plugin is ready on every GPU node and the
+    bed's DRA stand-in has published each one's ComputeDomain slice (doctor's dra-driver check reads both)."""
+    ns = infra_dra.NAMESPACE
+    if made.kube.get("v1", "Namespace", ns) is None:
+        made.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, wait_gone=True)
+        wait_for(f"ServiceAccount default in {ns}", lambda: made.kube.get("v1", "ServiceAccount", "default", ns))
+    label = made.values["accelerator"]["nodeLabel"]
+    made.create(kubelet_plugin(label), wait_gone=True)
+    gpu = gpu_node_names(made.kube, label)
+    plugin = f"DaemonSet {ns}/{infra_dra.KUBELET_PLUGIN}"
+    wait_for(f"{plugin} ready on {len(gpu)} GPU node(s)", lambda: kubelet_plugin_ready(made.kube, len(gpu)), 120)
+
+    def published() -> bool:
+        slices = made.kube.list("resource.k8s.io/v1", "ResourceSlice")
+        on = {s["spec"].get("nodeName") for s in slices if s["spec"].get("driver") == infra_dra.COMPUTE_DOMAIN_DRIVER}
+        return set(gpu) <= on
+
+    wait_for(f"ResourceSlices of {infra_dra.COMPUTE_DOMAIN_DRIVER} on every GPU node", published, 60)
 
 
 def token_secret(made: Made, keys: list[str]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import clusters
 import pytest
-from bed_helpers import scenarios, wait_ready
+from bed_helpers import wait_ready
 from clusters import Made, installed_release, made_for, rendered_for, unique
 
 from generator.cli import main
@@ -144,12 +144,13 @@ def test_the_operators_image_is_named_where_a_deployment_runs_it(tutorial, capsy
     assert "; operator kuberay-system/kuberay-operator runs quay.io/kuberay/operator:v1.6.2" in lines_of(out)["kuberay-crd"]
 
 
-SCENARIOS = scenarios(sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml")))
+SCENARIOS = sorted((ROOT / "charts" / "nemo-rl-gke" / "ci").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("values", SCENARIOS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_scenario_passes_on_a_cluster_made_for_it(bed, capsys, values: Path):
-    # Standard and Autopilot, B200 and H200, RDMA and TCP, shared networks, an existing claim,
+    # Standard and Autopilot, B200, H200 and GB200 (A4X: the DRA driver's kubelet plugin and
+    # ComputeDomain slices), RDMA, managed DRANET and TCP, shared networks, an existing claim,
     # Kueue, several groups of several provisioning types.
     rendered = rendered_for(values, unique("scenario"))
     assert {(str(o["apiVersion"]).rpartition("/")[0], o["kind"]) for o in rendered.objects} <= set(RESOURCES)

@@ -15,6 +15,7 @@ from bed_helpers import CHART, Release, namespace, remove_cluster_scoped, unique
 from clusters import KUEUE, Made, add_gpu_pools, add_kueue, rendered_for
 from kubernetes.client.exceptions import ApiException
 
+from generator.gke.kueue_dra import MAPPINGS
 from generator.gke.profiles import profile
 from generator.helm import runner as helm_mod
 from testbed import dra_stand_in, nodes
@@ -182,14 +183,11 @@ def test_one_compute_domain_channel_per_node(cluster: Cluster, a4x_pool: list[st
         kube.delete("v1", "Namespace", ns)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="Kueue >= 0.18 (KueueDRAIntegration, beta, on by default; sigs.k8s.io/kueue v0.19.2 pkg/dra/claims.go) "
-    "holds a workload whose claims name a DeviceClass not mapped in its configuration's resources.deviceClassMappings; "
-    "neither the infra script nor the test bed maps compute-domain-default-channel.nvidia.com or mrdma.google.com yet",
-)
 def test_kueue_admits_a_queued_release_with_dra_claims(cluster: Cluster):
+    """Kueue >= 0.18 holds a Workload whose claims name a DeviceClass its configuration does not map
+    (sigs.k8s.io/kueue v0.19.2 pkg/dra/claims.go): the bed's Kueue maps them as the infra script
+    does (generator/gke/kueue_dra.py), the ClusterQueue the infra script makes gives quota for them,
+    and the admitted Workload is charged each worker's channel and NICs."""
     values = CHART / "ci" / "gb200-dranet-values.yaml"
     kube = cluster.kube()
     ns = namespace(kube, unique("dra-kueue"))
@@ -208,6 +206,14 @@ def test_kueue_admits_a_queued_release_with_dra_claims(cluster: Cluster):
 
         cond = wait_for("the Workload's quota reservation decided", decided, 60)
         assert cond["status"] == "True", f"Kueue did not admit the release: {cond.get('reason')}: {cond.get('message')}"
+        workload = kube.list(KUEUE, "Workload", ns)[0]
+        sets = {a["name"]: a for a in workload["status"]["admission"]["podSetAssignments"]}
+        workers = made.values["workerGroups"][0]["replicas"]
+        charged = {k: v for a in sets.values() for k, v in (a.get("resourceUsage") or {}).items() if k in {m.resource for m in MAPPINGS}}
+        assert charged == {
+            "nvidia.com/compute-domain-channel": str(workers),
+            "google.com/mrdma": str(workers * GB200.rdma_nics),
+        }, sets
     finally:
         release.uninstall(check=False)
         remove_cluster_scoped(kube, release.name)

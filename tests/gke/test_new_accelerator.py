@@ -202,6 +202,7 @@ def test_a_four_gpu_arm_row_with_dra_flows_through(x4: Path, tmp_path: Path, hel
 def test_infra_script_takes_the_machines_installer(tmp_path: Path) -> None:
     out = tmp_path / "infra.sh"
     argv = ["infra", "--gpu", "gb200", "--project", "my-proj-1", "--region", "us-central1", "--zone", "us-central1-a"]
+    argv += ["--reservation", "a4x-r1"]  # A4X capacity is offered by reservation only
     assert cli.main([*argv, "-o", str(out)]) == 0
     script = out.read_text(encoding="utf-8")
     assert "gpudirect-rdma/nccl-rdma-installer-a4x.yaml" in script and "GPUS_PER_NODE='4'" in script

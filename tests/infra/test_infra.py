@@ -23,7 +23,9 @@ import pytest
 import yaml
 
 from generator import cli
+from generator.gke import kueue_dra
 from generator.gke.profiles import PROFILES, profile
+from generator.gke.provisioning import machine_default
 from generator.infra import kueue
 from generator.render.manifests import parse_documents
 from generator.values.build import Options, build
@@ -56,7 +58,8 @@ GOLDEN_CASES = {
     "h200-standard-scale-out": ["--gpu", "h200", *SCALE_OUT],
     "h200-standard-scale-out-teardown": ["--gpu", "h200", *SCALE_OUT, "--teardown"],
     # A4X: the 4-NIC RoCE VPC, the arm64 gIB installer and NVIDIA's DRA driver for the ComputeDomain
-    "gb200-standard": ["--gpu", "gb200"],
+    # (its capacity is offered by reservation only: the default, a reservation named)
+    "gb200-standard": ["--gpu", "gb200", "--reservation", "a4x-r1"],
     # GKE managed DRANET: Dataplane V2, --accelerator-network-profile=auto, no VPC of the NICs' own
     "h200-standard-dranet": ["--gpu", "h200", "--network-mode", "dranet"],
 }
@@ -73,7 +76,7 @@ VARIANTS = {
     "other-gib": ["--gpu", "h200", "--gib-version", "v1.2.0", "--rdma-installer-commit", "155bfa49b7459a55c2352495d3eeb46a55637be6"],
     "flex-start-groups": ["--gpu", "h200", "--groups", "a=1:flex-start,b=1:on-demand"],
     "h200-standard-dranet-teardown": ["--gpu", "h200", "--network-mode", "dranet", "--teardown"],
-    "gb200-standard-dranet-kueue": ["--gpu", "gb200", "--network-mode", "dranet", "--kueue", "--nodes", "3"],
+    "gb200-standard-dranet-kueue": ["--gpu", "gb200", "--network-mode", "dranet", "--kueue", "--nodes", "3", "--reservation", "a4x-r1"],
 }
 
 
@@ -1027,7 +1030,8 @@ def test_the_scale_out_example_comes_up_with_its_pools_kueue_and_topology(script
 
 @pytest.mark.parametrize("gpu", sorted(PROFILES))
 def test_a_one_node_cluster_is_pointed_at_the_quickstart(tmp_path, gpu):
-    text = generate(["--gpu", gpu, "--nodes", "1"], tmp_path / "one.sh").read_text()
+    reserved = ["--reservation", "r1"] if machine_default(PROFILES[gpu]) == "reservation" else []  # A4X: no other way
+    text = generate(["--gpu", gpu, "--nodes", "1", *reserved], tmp_path / "one.sh").read_text()
     quickstart = f"examples/quickstart-{gpu}.yaml"
     assert (ROOT / quickstart).is_file()
     assert f"helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f {quickstart} -f $VALUES_OUT" in text
@@ -1163,3 +1167,72 @@ def test_gb200_with_dranet_and_kueue_writes_the_kueue_version_and_sizes_the_driv
     [quota_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "ResourceQuota" in c.get("stdin", "")]
     assert yaml.safe_load(quota_call["stdin"])["spec"]["hard"] == {"pods": "7"}  # 3 nodes
     assert _helm_install(run)["rc"] == 0
+
+
+def test_with_dra_claims_kueue_maps_their_device_classes_and_the_queue_gives_quota_for_them(scripts, cloud):
+    """Kueue from 0.18 holds a workload whose claims name an unmapped DeviceClass (kueue v0.19.2
+    pkg/dra/claims.go): the script adds generator/gke/kueue_dra.py's mappings to Kueue's own
+    configuration (keeping what is there), restarts Kueue, and quotas each class per GPU node."""
+    run = cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    assert run.rc == 0, run.stderr
+    [cm_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "kind: ConfigMap" in c.get("stdin", "")]
+    cm = yaml.safe_load(cm_call["stdin"])
+    assert cm["metadata"] == {"name": "kueue-manager-config", "namespace": "kueue-system"}
+    config = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
+    assert config["webhook"] == {"port": 9443}  # Kueue's own configuration kept
+    assert config["resources"] == kueue_dra.configuration()
+    order = run.mutations
+    restart = order.index("kubectl rollout restart deployment/kueue-controller-manager")
+    assert order.index("kubectl apply") < restart  # the manifests, then the configuration
+    [queue_call] = [c for c in run.calls if signature(c) == "kubectl apply" and "kind: ClusterQueue" in c.get("stdin", "")]
+    assert run.calls.index(cm_call) < run.calls.index(queue_call)
+    cq = next(d for d in yaml.safe_load_all(queue_call["stdin"]) if d["kind"] == "ClusterQueue")
+    [group] = cq["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/compute-domain-channel", "google.com/mrdma"]
+    quota = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
+    assert quota["cpu"]["nvidia.com/compute-domain-channel"] == "0" and quota["cpu"]["google.com/mrdma"] == "0"
+    assert quota["gb200-reservation-a4x-r1"]["nvidia.com/compute-domain-channel"] == "3"  # 3 nodes, one channel each
+    assert quota["gb200-reservation-a4x-r1"]["google.com/mrdma"] == "12"  # and their 4 NICs each
+
+    again = cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    assert again.rc == 0 and not [m for m in again.mutations if "rollout" in m or "ConfigMap" in m], again.mutations
+
+
+def test_a_kueue_configuration_with_its_own_resources_block_stops_naming_the_mappings(scripts, cloud):
+    cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    key = "k8s/kueue-system/configmap/kueue-manager-config"
+    state = marshal.loads(cloud.state.read_bytes())  # noqa: S302 - the fake's own state file
+    state["resources"][key] = {"data": "kind: Configuration\nresources:\n  excludeResourcePrefixes: []\n"}
+    cloud.state.write_bytes(marshal.dumps(state))
+    run = cloud.run(scripts["gb200-standard-dranet-kueue"], env=DRANET_GKE)
+    assert run.rc == 1
+    assert "has a resources block of its own: add to it deviceClassMappings (nvidia.com/compute-domain-channel:" in run.stderr
+
+
+def test_machines_without_dra_claims_leave_kueues_configuration_alone(scripts):
+    text = scripts["h200-standard-scale-out"].read_text()
+    assert "deviceClassMappings" not in text and "rollout restart" not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "--reservation: a4x-highgpu-4g (gb200) nodes come from a reservation (Google Cloud, AI Hypercomputer"),
+        (["--provisioning", "spot"], "--provisioning: a4x-highgpu-4g (gb200) is offered as reservation only, not spot"),
+        (["--provisioning", "flex-start"], "--provisioning: a4x-highgpu-4g (gb200) is offered as reservation only, not flex-start"),
+        (["--groups", "a=2:reservation:r1,b=2:spot"], "--groups: a4x-highgpu-4g (gb200) is offered as reservation only, not spot"),
+    ],
+)
+def test_a4x_is_obtained_by_reservation_only(tmp_path, capsys, args, message):
+    # The profile row's provisioning decides (AI Hypercomputer "Consumption options": flex-start and
+    # Spot serve any GPU machine except A4X): the default is a reservation, which must be named.
+    rc = cli.main(["infra", *BASE, "--gpu", "gb200", *args, "-o", str(tmp_path / "s.sh")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert "consumption-models" in err
+    assert not (tmp_path / "s.sh").exists()
+
+
+def test_a4x_by_default_makes_a_reservation_pool(scripts):
+    text = scripts["gb200-standard"].read_text()
+    assert "--reservation-affinity=specific" in text and "--spot" not in text

@@ -9,9 +9,17 @@ from typing import Any
 import pytest
 
 from generator.gke import versions
+from generator.gke.profiles import profile
+from generator.gke.provisioning import machine_default
 from generator.validate.findings import ERROR
 from generator.validate.values import validate_values
 from generator.values.build import Options, build
+
+
+def _opts(gpu: str, **kw: Any) -> Options:
+    """The generator's options for the machine: A4X is offered by reservation only, so one is named."""
+    reserved = {"reservation": "a4x-r1"} if machine_default(profile(gpu)) == "reservation" else {}
+    return Options(gpu=gpu, **reserved | kw)
 
 
 def _errors(values: dict[str, Any]) -> dict[str, str]:
@@ -20,14 +28,14 @@ def _errors(values: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.parametrize(("gpu", "network"), [("gb200", "rdma"), ("gb200", "dranet"), ("h200", "dranet"), ("b200", "dranet")])
 def test_generated_files_are_valid(gpu: str, network: str) -> None:
-    values = build(Options(gpu=gpu, network=network))
+    values = build(_opts(gpu, network=network))
     assert _errors(values) == {}
     want = versions.DRANET.version if network == "dranet" else values["accelerator"]["minGkeVersion"]
     assert values["accelerator"]["minGkeVersion"] == want
 
 
 def test_a4x_on_autopilot_is_refused_with_the_reason() -> None:
-    values = build(Options(gpu="gb200"))
+    values = build(_opts("gb200"))
     values["gke"]["mode"] = "autopilot"
     errors = _errors(values)
     assert "DRA does not run on Autopilot" in errors["gke.mode"]
@@ -51,7 +59,7 @@ def test_dranet_with_an_interfaces_list_is_refused() -> None:
 
 @pytest.mark.parametrize(("key", "bad"), [("cpuArch", "amd64"), ("computeDomain", False), ("gpusPerNode", 8)])
 def test_a4x_fields_belong_to_the_machine(key: str, bad: object) -> None:
-    values = build(Options(gpu="gb200"))
+    values = build(_opts("gb200"))
     values["accelerator"][key] = bad
     assert f"accelerator.{key}" in _errors(values)
     del values["accelerator"]["cpuArch"]  # absent reads as amd64
@@ -61,8 +69,47 @@ def test_a4x_fields_belong_to_the_machine(key: str, bad: object) -> None:
 def test_a4x_presets_fit_four_gpu_nodes() -> None:
     """Tensor parallel of training and vLLM within a 4-GPU node, NeMo RL's 4-GPU recipes."""
     for model in ("gemma3-27b", "llama3.2-1b", "qwen2.5-1.5b"):
-        grpo = build(Options(gpu="gb200", model=model))["grpo"]
+        grpo = build(_opts("gb200", model=model))["grpo"]
         ov = dict(o.split("=", 1) for o in grpo["overrides"])
         assert int(ov["policy.dtensor_cfg.tensor_parallel_size"]) <= 4
         assert 4 % int(ov["policy.generation.vllm_cfg.tensor_parallel_size"]) == 0
         assert ov["cluster.gpus_per_node"] == "4"
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "h200"])
+def test_the_dranet_claim_counts_one_nic_per_listed_network(gpu: str) -> None:
+    # The chart claims exactly len(network.rdma) NICs (Kueue counts only ExactCount requests): a
+    # list shorter or longer than the machine's NICs would claim too few, or never be allocated.
+    values = build(_opts(gpu, network="dranet"))
+    nics = len(values["network"]["rdma"])
+    values["network"]["rdma"] = values["network"]["rdma"][:-1]
+    message = _errors(values)["network.rdma"]
+    assert f"{nics - 1} RDMA networks listed; the DRANET claim asks for one NIC per entry" in message
+    assert f"has {nics}" in message
+
+
+def test_a4x_is_obtained_by_reservation_and_a_hand_edited_spot_group_is_refused_with_the_source() -> None:
+    values = build(_opts("gb200"))
+    assert [(g["provisioning"], g["reservationName"]) for g in values["workerGroups"]] == [("reservation", "a4x-r1")]
+    values["workerGroups"][0].update(provisioning="spot", reservationName="")
+    message = _errors(values)["workerGroups[0].provisioning"]
+    assert message.startswith("a4x-highgpu-4g (gb200) is offered as reservation only, not spot")
+    assert "https://cloud.google.com/ai-hypercomputer/docs/consumption-models" in message
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({}, "--reservation: a4x-highgpu-4g (gb200) nodes come from a reservation (Google Cloud"),
+        ({"provisioning": "spot"}, "--provisioning: a4x-highgpu-4g (gb200) is offered as reservation only, not spot"),
+        ({"provisioning": "flex-start", "reservation": ""}, "--provisioning: a4x-highgpu-4g (gb200) is offered as reservation only"),
+    ],
+)
+def test_the_generator_refuses_a4x_capacity_google_does_not_offer(kw: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        build(Options(gpu="gb200", **kw))
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+def test_machines_offered_every_way_still_default_to_spot() -> None:
+    assert build(Options(gpu="h200"))["workerGroups"][0]["provisioning"] == "spot"

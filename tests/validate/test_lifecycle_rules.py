@@ -49,7 +49,7 @@ def test_the_examples_have_no_lifecycle_finding(path: Path) -> None:
 
 @pytest.mark.parametrize("gpu", ["h200", "b200", "gb200"])
 def test_release_gpus_without_following_the_run_is_a_warning_naming_the_cost(gpu: str) -> None:
-    values = build(Options(gpu=gpu))
+    values = build(Options(gpu=gpu, reservation="a4x-r1" if gpu == "gb200" else ""))  # A4X: reservation only
     values["launcher"].update(follow=False, releaseGpus=True)
     level, message = findings(values)["launcher.releaseGpus"]
     assert level == WARNING

@@ -35,6 +35,8 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("rbac.authorization.k8s.io", "Role"): ("roles", True),
     ("rbac.authorization.k8s.io", "RoleBinding"): ("rolebindings", True),
     ("external-secrets.io", "ExternalSecret"): ("externalsecrets", True),
+    ("resource.k8s.io", "ResourceClaimTemplate"): ("resourceclaimtemplates", True),
+    ("resource.nvidia.com", "ComputeDomain"): ("computedomains", True),
 }
 HELM_RECORD = [("get", "", "secrets"), ("list", "", "secrets"), ("create", "", "secrets"), ("update", "", "secrets")]
 

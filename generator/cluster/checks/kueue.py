@@ -8,6 +8,9 @@ spec.cohort; status condition Active), kueue.x-k8s.io, as https://kueue.sigs.k8s
 describes them. Kueue marks a LocalQueue inactive whatever is wrong with its ClusterQueue
 (ClusterQueueDoesNotExist, ClusterQueueIsInactive: "Can't submit new workloads to clusterQueue"),
 so the ClusterQueue is read first and its own state named: it says what to fix.
+
+With DRA claims (generator/gke/kueue_dra.py): a Kueue that counts them (>= 0.18, or a version not
+read) admits the workload only within the ClusterQueue's quota of each mapped resource too.
 """
 
 from __future__ import annotations
@@ -15,22 +18,42 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from generator.cluster.checks import kueue_version
 from generator.cluster.checks.context import Context
 from generator.cluster.report import Result, failed, passed, warned
+from generator.gke import kueue_dra, kueue_versions
+from generator.gke.profiles import profile
 from generator.gke.sizing import parse_quantity
 
 NAME = "kueue-queue"
 GPU = "nvidia.com/gpu"
 
 
-def gpu_quota(cq: dict[str, Any]) -> Fraction:
+def gpu_quota(cq: dict[str, Any], resource: str = GPU) -> Fraction:
     total = Fraction(0)
     for group in (cq.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
             for r in flavor.get("resources") or []:
-                if r.get("name") == GPU:
+                if r.get("name") == resource:
                     total += parse_quantity(r.get("nominalQuota", 0))
     return total
+
+
+def _dra_short(ctx: Context, cq: dict[str, Any]) -> str:
+    """The first mapped DRA resource whose quota is below what the workers claim, as a message ('' if none)."""
+    needed = kueue_dra.needed(bool(ctx.value("accelerator.computeDomain", False)), str(ctx.value("network.mode", "")))
+    if not needed:
+        return ""
+    found, _ = kueue_version.cluster_version(ctx)
+    if found and not kueue_dra.counts_claims(kueue_versions.parse(found)):
+        return ""
+    p = profile(str(ctx.value("accelerator.type")))
+    workers = sum(int(g.get("replicas", 0)) for g in ctx.value("workerGroups", []) or [])
+    for m in needed:
+        have, want = gpu_quota(cq, m.resource), workers * m.per_worker(p)
+        if have < want:
+            return f"{have} nominal {m.resource} (DeviceClass {m.device_class}), the workers claim {want}"
+    return ""
 
 
 def _inactive(queue: dict[str, Any]) -> str:
@@ -62,6 +85,12 @@ def _cluster_queue(ctx: Context, version: str, lq: dict[str, Any]) -> Result:
         if (cq.get("spec") or {}).get("cohort"):
             return warned(NAME, f"{msg}; it may borrow from cohort {cq['spec']['cohort']}")
         return failed(NAME, f"{msg}: Kueue never admits the RayCluster", f"raise the ClusterQueue's {GPU} nominalQuota or use fewer nodes")
+    if short := _dra_short(ctx, cq):
+        return failed(
+            NAME,
+            f"ClusterQueue {name} has {short}: Kueue never admits the RayCluster",
+            "give the resource nominalQuota in the GPU flavors (python -m generator infra --kueue configures it)",
+        )
     return passed(
         NAME, f"LocalQueue {ctx.namespace}/{ctx.value('kueue.queueName')} feeds ClusterQueue {name} ({quota} {GPU}, {need} needed)"
     )

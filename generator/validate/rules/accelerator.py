@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from generator.gke import versions
+from generator.gke.provisioning import not_offered
 from generator.validate.findings import Finding, error
 from generator.validate.rules.context import Context
 
@@ -31,6 +32,14 @@ def check(ctx: Context) -> Iterator[Finding]:
                 f"accelerator.{key}",
                 f"{acc.get(key, defaults.get(key))!r} does not belong to accelerator type {p.key} ({p.display_name})",
                 FIX.format(gpu=p.key, want=want),
+            )
+
+    for i, g in enumerate(ctx.values["workerGroups"]):
+        if why := not_offered(p, g["provisioning"]):
+            yield error(
+                f"workerGroups[{i}].provisioning",
+                why,
+                f"use {' or '.join(p.provisioning)} (with reservationName for a reservation)",
             )
 
     yield from _dra(ctx)

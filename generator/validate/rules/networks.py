@@ -167,6 +167,14 @@ def _nics(ctx: Context) -> Iterator[Finding]:
                 "eth0 without an interfaces list (GKE attaches the RDMA NICs through the claim)",
                 "remove the annotation",
             )
+        want = ctx.profile.rdma_nics
+        if len(net["rdma"]) != want:  # the chart's RDMA claim asks for one NIC per entry
+            yield error(
+                "network.rdma",
+                f"{len(net['rdma'])} RDMA networks listed; the DRANET claim asks for one NIC per entry and each"
+                f" {ctx.profile.machine_type} node has {want}",
+                f"list exactly {want} (python -m generator --network dranet writes them)",
+            )
         return
     if not ctx.rdma:
         for i, _ in _groups_with_interface_annotations(ctx):

@@ -30,7 +30,9 @@ import sys
 
 MUTATING = {"create", "create-auto", "delete", "enable", "connect", "update", "apply"}
 VERBS = MUTATING | {"describe", "list", "get", "get-credentials", "get-server-config"}
-KUBECTL_MUTATING = {"create", "apply", "delete", "label", "set"}
+KUBECTL_MUTATING = {"create", "apply", "delete", "label", "set", "rollout"}
+# The head of Kueue's release configuration (config/components/manager/controller_manager_config.yaml).
+KUEUE_CONFIG = "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nwebhook:\n  port: 9443\n"
 HELM_MUTATING = {"install", "upgrade", "uninstall"}
 DEFAULT_NETWORK = {"subnet-mode": "auto", "mtu": "1460"}  # a project's default VPC (made by Google, no mark)
 PROJECT_NUMBER = "123456789012"
@@ -235,6 +237,9 @@ class Cloud:
         if verb == "wait":
             self.need_k8s(words[1], ns)
             return ""
+        if verb == "rollout":  # rollout restart|status deployment/NAME
+            self.need_k8s(words[2], ns)
+            return ""
         if verb == "set":  # set image daemonset/NAME CONTAINER=IMAGE
             kind, name = words[2].split("/", 1)
             key = f"k8s/{ns}/{kind}/{name}"
@@ -256,6 +261,8 @@ class Cloud:
             if out.startswith("jsonpath={.metadata.labels."):
                 label = out[len("jsonpath={.metadata.labels.") : -1].replace("\\.", ".")
                 return self.res.get(key, {}).get("labels", {}).get(label, "")
+            if out.startswith("jsonpath={.data."):  # a ConfigMap's one key: its manifest as applied, or Kueue's own
+                return self.res[key].get("manifest") or self.res[key].get("data", "")
             return f"{name}\n"
         if verb == "create":
             if exists:
@@ -311,6 +318,7 @@ class Cloud:
         if "/kueue/releases/" in source:
             self.res["k8s/namespace/kueue-system"] = {}
             self.res["k8s/kueue-system/deployment/kueue-controller-manager"] = {"url": source}
+            self.res["k8s/kueue-system/configmap/kueue-manager-config"] = {"data": KUEUE_CONFIG}
             return ""
         installer_ns = INSTALLER_NAMESPACE["autopilot" in source]
         self.res[f"k8s/namespace/{installer_ns}"] = {}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bring-up of the GKE infrastructure for nemo-rl-gke: NVIDIA GB200 (a4x-highgpu-4g), Standard cluster.
-# Written by: python -m generator infra --gpu gb200 --project my-project --region us-central1 --zone us-central1-b
+# Written by: python -m generator infra --gpu gb200 --project my-project --region us-central1 --zone us-central1-b --provisioning reservation --reservation a4x-r1
 # Regenerate instead of editing; names match the values file written with the same options.
 # Safe to run again: every step checks what exists before it creates anything.
 # Lists what it creates and asks first on a terminal; --yes skips the question; without either it refuses.
@@ -64,7 +64,7 @@ APIS=(
 DRY_RUN=0
 DRY_RUN_ASSUMES=missing
 ASSUME_YES=0
-STEPS=15
+STEPS=14
 CURRENT_STEP=''
 
 # --- helpers ---
@@ -187,7 +187,7 @@ This creates, in project $PROJECT, whatever of the following is missing (each st
   - the Compute Engine, GKE, Service Networking and Managed Lustre APIs
   - VPC $CLUSTER_VPC (MTU $LUSTRE_MTU, auto subnets) unless it exists; VPC $GVNIC_VPC with one subnet and a firewall rule; VPC $RDMA_VPC (RoCE) with ${#RDMA_SUBNETS[@]} subnets: no charge of their own
   - GKE Standard cluster $CLUSTER in $REGION: USD 0.10 per hour (GKE's cluster management fee, https://cloud.google.com/kubernetes-engine/pricing); one $CPU_MACHINE_TYPE CPU node, price: https://cloud.google.com/compute/vm-instance-pricing
-  - GPU node pool gpu-gb200: 0 to 2 x a4x-highgpu-4g (4 x NVIDIA GB200), Spot, 0 nodes until the worker pods ask, billed while they run; price: https://cloud.google.com/spot-vms/pricing
+  - GPU node pool gpu-gb200: 2 x a4x-highgpu-4g (4 x NVIDIA GB200), from the reservation, billed with it (at the on-demand rate) whether used or not
   - NCCL RDMA installer (gIB v1.1.1) and namespace $NAMESPACE (Pod Security enforce=privileged)
   - NVIDIA DRA driver (Helm chart 0.4.1) in namespace $DRA_NAMESPACE
   - private services access range $LUSTRE_RANGE on $CLUSTER_VPC and a firewall rule for Lustre (port 988)
@@ -219,28 +219,7 @@ else
   echo "    = all ${#APIS[@]} APIs are enabled"
 fi
 
-step 2 'GPU quota'
-# GPUs each quota metric needs: PREEMPTIBLE_NVIDIA_GB200_GPUS: 8
-need_gpus() {  # need_gpus METRIC COUNT: stop unless the region's quota has COUNT GPUs left
-  local line limit usage
-  query line "$2 0" gcloud compute regions describe "$REGION" --project="$PROJECT" --flatten=quotas \
-    --filter="quotas.metric=$1" --format='value(quotas.limit,quotas.usage)'
-  if [ -z "$line" ]; then
-    echo "    ! $REGION shows no quota $1: not checked"
-    return 0
-  fi
-  read -r limit usage <<<"$line"
-  limit="${limit%.*}"
-  usage="${usage%.*}"
-  if [ $((limit - usage)) -lt "$2" ]; then
-    die "quota $1 in $REGION has $((limit - usage)) GPUs left ($usage of $limit used), the GPU pools need up to $2:" \
-      "request more (IAM & Admin > Quotas), then run this script again"
-  fi
-  echo "    = quota $1: $((limit - usage)) of $limit GPUs left, up to $2 needed"
-}
-need_gpus PREEMPTIBLE_NVIDIA_GB200_GPUS 8
-
-step 3 'Cluster VPC (eth0, Managed Lustre)'
+step 2 'Cluster VPC (eth0, Managed Lustre)'
 # The cluster's VPC (eth0 of every node) and Managed Lustre's. Created when missing, with the MTU
 # Managed Lustre's documentation recommends (8896, about 10% more throughput) and auto-mode subnets.
 if ! exists gcloud compute networks describe "$CLUSTER_VPC" --project="$PROJECT"; then
@@ -258,7 +237,7 @@ else
   [ -n "$subnets" ] || die "VPC $CLUSTER_VPC has no subnet in $REGION: add one, or choose another --network"
 fi
 
-step 4 'gVNIC VPC, subnet and firewall (eth1)'
+step 3 'gVNIC VPC, subnet and firewall (eth1)'
 if ! exists gcloud compute networks describe "$GVNIC_VPC" --project="$PROJECT"; then
   run gcloud compute networks create "$GVNIC_VPC" --project="$PROJECT" --subnet-mode=custom --description="$OWNER_MARK"
 fi
@@ -271,7 +250,7 @@ if ! exists gcloud compute firewall-rules describe "$GVNIC_FIREWALL" --project="
     --action=ALLOW --rules=tcp:0-65535,udp:0-65535,icmp --source-ranges=192.168.0.0/16 --description="$OWNER_MARK"
 fi
 
-step 5 'RoCE VPC and its RDMA subnets (eth2..eth5)'
+step 4 'RoCE VPC and its RDMA subnets (eth2..eth5)'
 # The RoCE network profile is zonal: every RDMA NIC must be in $ZONE.
 if ! exists gcloud compute networks describe "$RDMA_VPC" --project="$PROJECT"; then
   run gcloud compute networks create "$RDMA_VPC" --project="$PROJECT" --subnet-mode=custom \
@@ -284,7 +263,7 @@ for i in "${!RDMA_SUBNETS[@]}"; do
   fi
 done
 
-step 6 'GKE version floor'
+step 5 'GKE version floor'
 # The GKE version must not be older than the highest floor of what this cluster uses:
 #   1.33.4-gke.1036000  a4x-highgpu-4g with GPUDirect RDMA (generator/gke/profiles.py)
 #   1.33.2-gke.1111000  the Managed Lustre CSI driver (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/managed-lustre)
@@ -307,7 +286,7 @@ else
 fi
 echo "    = GKE $cluster_version: not older than $MIN_GKE_VERSION ($MIN_GKE_FOR)"
 
-step 7 'GKE Standard cluster (multi-networking, Ray operator, Lustre CSI driver)'
+step 6 'GKE Standard cluster (multi-networking, Ray operator, Lustre CSI driver)'
 # Lustre on its own port 988: from GKE 1.33.2-gke.4655000 the Lustre CSI driver needs neither the
 # instance's --gke-support-enabled nor the cluster's --enable-legacy-lustre-port, which GKE marks
 # deprecated; the GKE version floor step keeps the cluster at or past that version.
@@ -330,17 +309,16 @@ if ! exists gcloud container clusters describe "$CLUSTER" --project="$PROJECT" -
     --labels="$OWNER_LABEL"
 fi
 
-step 8 'Cluster credentials for kubectl'
+step 7 'Cluster credentials for kubectl'
 run gcloud container clusters get-credentials "$CLUSTER" --project="$PROJECT" --location="$REGION"
 
-step 9 'GPU node pool gpu-gb200'
-# Worker group gpu: spot.
-# Autoscaled from 0 to 2 nodes: the cluster autoscaler adds GPU nodes when the chart's worker
-# pods cannot be scheduled and removes a node after it has been unneeded for about 10 minutes, so no
-# GPU node is billed before `helm install` or after the worker pods are gone. Location policy ANY
-# requires autoscaling and 0 initial nodes. The cluster keeps GKE's default autoscaling profile.
-# https://docs.cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler
-# https://github.com/kubernetes/autoscaler/blob/master/cluster-autoscaler/FAQ.md#how-does-scale-down-work
+step 8 'GPU node pool gpu-gb200'
+# Worker group gpu: reservation.
+# Fixed at 2 nodes, not autoscaled: a reservation is billed at the on-demand rate until it is
+# deleted, whether or not VMs use it, and a VM that consumes it costs nothing more (only its disks).
+# Removing idle nodes would save almost nothing; kept up, they keep the image pulled. To stop paying
+# for the GPUs, delete the reservation.
+# https://docs.cloud.google.com/compute/docs/instances/reservations-overview#reservation-billing
 # eth1 on the gVNIC VPC, eth2..eth5 on the RoCE subnets: the same names as network.* in the values file.
 if ! exists gcloud container node-pools describe gpu-gb200 --project="$PROJECT" --cluster="$CLUSTER" \
     --location="$REGION"; then
@@ -356,15 +334,12 @@ if ! exists gcloud container node-pools describe gpu-gb200 --project="$PROJECT" 
     --additional-node-network="network=$RDMA_VPC,subnetwork=${RDMA_SUBNETS[1]}" \
     --additional-node-network="network=$RDMA_VPC,subnetwork=${RDMA_SUBNETS[2]}" \
     --additional-node-network="network=$RDMA_VPC,subnetwork=${RDMA_SUBNETS[3]}" \
-    --spot \
-    --enable-autoscaling \
-    --num-nodes=0 \
-    --total-min-nodes=0 \
-    --total-max-nodes=2 \
-    --location-policy=ANY
+    --num-nodes=2 \
+    --reservation-affinity=specific \
+    --reservation=a4x-r1
 fi
 
-step 10 'NCCL RDMA installer'
+step 9 'NCCL RDMA installer'
 # Google's NCCL RDMA installer DaemonSet (gIB into /home/kubernetes/bin/gib on GPU nodes), from
 # GoogleCloudPlatform/container-engine-accelerators at a pinned commit (--rdma-installer-commit),
 # never from a moving branch: at the default commit it runs gIB v1.1.1.
@@ -375,7 +350,7 @@ fi
 # the Helm chart renders them from network.* in the values file (network.createObjects), which
 # holds the same VPC and subnet names as this script. One owner keeps them from drifting.
 
-step 11 'NVIDIA DRA driver 0.4.1 (ComputeDomain)'
+step 10 'NVIDIA DRA driver 0.4.1 (ComputeDomain)'
 # NVIDIA's DRA driver, chart 0.4.1 (pinned), for the ComputeDomain every GPU worker claims
 # (cross-node NVLink). Values as GKE's A4X guide sets them: GKE's driver root, GPU allocation off
 # (GKE's device plugin serves nvidia.com/gpu), the kubelet plugin on the nvidia-gb200 nodes only.
@@ -454,7 +429,7 @@ EOF
     --values=- --wait --timeout=10m <<<"$dra_values"
 fi
 
-step 12 'Namespace and its Pod Security level'
+step 11 'Namespace and its Pod Security level'
 # The release's namespace, at the Pod Security level the chart needs: the GPU workers mount the
 # NVIDIA driver and gIB from the node (hostPath), which the baseline level forbids, so enforce
 # privileged; warn and audit at baseline report just those two volumes.
@@ -470,7 +445,7 @@ else
   echo "    = $NAMESPACE enforces the privileged Pod Security level"
 fi
 
-step 13 'Managed Lustre: private services access'
+step 12 'Managed Lustre: private services access'
 # Private services access on the cluster's VPC: Managed Lustre takes its addresses from this range.
 if ! exists gcloud compute addresses describe "$LUSTRE_RANGE" --global --project="$PROJECT"; then
   run gcloud compute addresses create "$LUSTRE_RANGE" --global --project="$PROJECT" --purpose=VPC_PEERING \
@@ -497,7 +472,7 @@ else
     --service=servicenetworking.googleapis.com --ranges="${ranges//$'\n'/,},$LUSTRE_RANGE"
 fi
 
-step 14 'Managed Lustre instance'
+step 13 'Managed Lustre instance'
 # In the GPU nodes' zone, on the cluster's VPC, on Lustre's own port (no --gke-support-enabled).
 if ! exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE"; then
   run gcloud lustre instances create "$LUSTRE_INSTANCE" --project="$PROJECT" --location="$ZONE" \
@@ -506,7 +481,7 @@ if ! exists gcloud lustre instances describe "$LUSTRE_INSTANCE" --project="$PROJ
     --filesystem="$LUSTRE_FS" --description="$OWNER_MARK" --labels="$OWNER_LABEL"
 fi
 
-step 15 'Values overlay for the chart'
+step 14 'Values overlay for the chart'
 mount_point=''
 query mount_point "LUSTRE_IP@tcp:/$LUSTRE_FS" gcloud lustre instances describe "$LUSTRE_INSTANCE" \
   --project="$PROJECT" --location="$ZONE" --format='value(mountPoint)'
@@ -520,7 +495,7 @@ overlay="$(
   cat <<EOF
 # Written by the nemo-rl-gke infra script: what it created, in the chart's keys.
 # Use it after the generator's file: -f values-gb200.yaml -f values-infra.yaml
-# GPU pools made: gpu=2 (spot). workerGroups is not set here: your values file holds it,
+# GPU pools made: gpu=2 (reservation a4x-r1). workerGroups is not set here: your values file holds it,
 # so your edits to it (replicas, tolerations, node selectors) stay when both are installed.
 storage:
   lustre:
@@ -576,7 +551,7 @@ fi
 cat <<EOF
 
 Next: write the values file, check both together, then install the chart with both:
-  python -m generator --gpu gb200 --nodes 2 --provisioning spot
+  python -m generator --gpu gb200 --nodes 2 --provisioning reservation --reservation a4x-r1
   python -m generator validate values-gb200.yaml -f $VALUES_OUT
   helm install nemo-rl charts/nemo-rl-gke --namespace=$NAMESPACE -f values-gb200.yaml -f $VALUES_OUT
 EOF
