@@ -51,9 +51,13 @@ def override(text: str, *also: str) -> dict[str, Any]:
     return {"path": "grpo.extraOverrides+", "value": text, "key": key, "also": ("grpo.extraOverrides[0]", *also)}
 
 
-def recipe_override(i: int, text: str) -> dict[str, Any]:
-    """grpo.overrides[i] replaced by `text` (the same key, another value)."""
-    return {"path": f"grpo.overrides.{i}", "value": text, "key": f"grpo.overrides[{text.split('=', 1)[0]}]"}
+def recipe_override(text: str) -> dict[str, Any]:
+    """The tutorial's override of `text`'s key replaced by `text` (the same key, another value); found
+    by its key, so a generator that writes its overrides in another order keeps the case."""
+    key = text.split("=", 1)[0]
+    overrides = yaml.safe_load((ROOT / TUTORIAL).read_text())["grpo"]["overrides"]
+    i = next(i for i, o in enumerate(overrides) if o.split("=", 1)[0] == key)
+    return {"path": f"grpo.overrides.{i}", "value": text, "key": f"grpo.overrides[{key}]"}
 
 
 MISTAKES = [
@@ -107,8 +111,8 @@ MISTAKES = [
     Case("megatron-and-dtensor", 8, **override("policy.megatron_cfg.enabled=true")),
     Case("vllm-pipeline-parallel-sync", 8, **override("policy.generation.vllm_cfg.pipeline_parallel_size=2")),
     # 9. models beyond the presets
-    Case("train-tp-not-dividing-heads", 9, **recipe_override(13, "policy.dtensor_cfg.tensor_parallel_size=6")),
-    Case("vllm-tp-three", 9, **recipe_override(18, "policy.generation.vllm_cfg.tensor_parallel_size=3")),
+    Case("train-tp-not-dividing-heads", 9, **recipe_override("policy.dtensor_cfg.tensor_parallel_size=6")),
+    Case("vllm-tp-three", 9, **recipe_override("policy.generation.vllm_cfg.tensor_parallel_size=3")),
     # 10. loggers
     Case("wandb-project-with-space", 10, **override("logger.wandb.project=My Project")),
     Case("mlflow-without-server", 10, **override("logger.mlflow_enabled=true", "grpo.overrides[logger.mlflow.tracking_uri]")),
