@@ -46,7 +46,7 @@ from generator.render.crd_schema import compiled
 from generator.render.manifests import KUBE_VERSIONS
 from generator.validate import release_source
 from generator.validate.assert_coverage import replace_asserts_table
-from generator.values.docs import replace_releases_table, replace_table, values_table
+from generator.values.docs import replace_accelerators_table, replace_releases_table, replace_table, values_table
 from generator.values.options import generate_argv, options_from_args
 from generator.values.schema_tables import synced_schema_text
 from generator.vendored import MERGED_RECIPES, merged_recipes_text
@@ -91,6 +91,10 @@ def for_machine(gpu: str, argv: list[str]) -> list[str]:
         return ["--gpu", gpu, *argv]
     argv = [a.replace("spot=4:spot", SECOND_RESERVATION) for a in argv]
     return ["--gpu", gpu, *argv, *([] if "--groups" in argv else ["--reservation", example_reservation(p)])]
+
+
+def _install_doc() -> str:
+    return replace_accelerators_table((ROOT / "docs" / "install-on-gke.md").read_text(encoding="utf-8"))
 
 
 def _releases_doc() -> str:
@@ -154,6 +158,7 @@ def targets() -> dict[Path, Callable[[], str]]:
         }
         | {CHART_DIR / "templates" / "_kueue_limits.tpl": kueue_versions.template}
         | {CHART_DIR / "README.md": _readme, ROOT / "docs" / "values.md": _releases_doc}
+        | {ROOT / "docs" / "install-on-gke.md": _install_doc}
         | {EXAMPLES_DIR / f"{name}-{gpu}.yaml": _generated(for_machine(gpu, argv)) for name, argv in EXAMPLES.items() for gpu in PROFILES}
         | {path: (lambda text=text: text) for path, text in compiled().items()}
         | {path: (lambda text=text: text) for path, text in k8s_schema.compiled(KUBE_VERSIONS).items()}

@@ -46,6 +46,9 @@ class AcceleratorProfile:
     provisioning: tuple[str, ...] = ()
     # Where that restriction is written.
     provisioning_source: str = ""
+    # Where the row's facts are written (the machine, GKE's guide for it, Google's gIB installer):
+    # the docs' accelerator table (docs/install-on-gke.md, scripts/sync.sh) lists them.
+    sources: tuple[str, ...] = ()
 
     @property
     def autopilot(self) -> bool:
@@ -81,6 +84,11 @@ PROFILES: dict[str, AcceleratorProfile] = {
         rdma_nics=8,
         shm_size_gib=240,
         gpu_quota_metric="NVIDIA_B200_GPUS",
+        sources=(
+            "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a4-vms",
+            "https://cloud.google.com/ai-hypercomputer/docs/create/gke-ai-hypercompute-custom",
+            "https://github.com/GoogleCloudPlatform/container-engine-accelerators/blob/master/gpudirect-rdma/nccl-rdma-installer.yaml",
+        ),
     ),
     "h200": AcceleratorProfile(
         key="h200",
@@ -97,6 +105,11 @@ PROFILES: dict[str, AcceleratorProfile] = {
         rdma_nics=8,
         shm_size_gib=240,
         gpu_quota_metric="NVIDIA_H200_GPUS",
+        sources=(
+            "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-vms",
+            "https://cloud.google.com/ai-hypercomputer/docs/create/gke-ai-hypercompute-custom",
+            "https://github.com/GoogleCloudPlatform/container-engine-accelerators/blob/master/gpudirect-rdma/nccl-rdma-installer.yaml",
+        ),
     ),
     # A4X: container-engine-accelerators gpudirect-rdma/nccl-test-imex-a4x.yaml (4 GPUs, arm64,
     # rdma-0..rdma-3, the ComputeDomain channel claim) and nccl-rdma-installer-a4x.yaml (the arm64
@@ -129,6 +142,13 @@ PROFILES: dict[str, AcceleratorProfile] = {
         provisioning_source=(
             'Google Cloud, AI Hypercomputer "Consumption options" (https://cloud.google.com/ai-hypercomputer/docs/consumption-models):'
             " flex-start and Spot serve any GPU machine except A4X"
+        ),
+        sources=(
+            "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a4x-vms",
+            "https://docs.cloud.google.com/ai-hypercomputer/docs/create/gke-ai-hypercompute-custom-a4x",
+            "https://github.com/GoogleCloudPlatform/container-engine-accelerators/blob/master/gpudirect-rdma/nccl-rdma-installer-a4x.yaml",
+            "https://github.com/AI-Hypercomputer/gpu-recipes/tree/main/training/a4x",
+            "https://cloud.google.com/ai-hypercomputer/docs/consumption-models",
         ),
     ),
 }
