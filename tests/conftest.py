@@ -100,8 +100,18 @@ def render_fn() -> Callable[..., list[dict[str, Any]]]:
     return render
 
 
+def machine_options(gpu: str) -> dict[str, Any]:
+    """What the generator needs for this machine beyond --gpu: a reservation's name where the
+    profile row offers reservations only (A4X), the one the repository's files name."""
+    from generator.gke.profiles import PROFILES
+    from generator.gke.provisioning import example_reservation
+
+    p = PROFILES[gpu]
+    return {} if p.offers("spot") else {"reservation": example_reservation(p)}
+
+
 def values_for(gpu: str = "h200", **opts: Any) -> dict[str, Any]:
-    return build(Options(gpu=gpu, **opts))
+    return build(Options(gpu=gpu, **(machine_options(gpu) | opts)))
 
 
 def with_changes(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import machine_options
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("jsonschema", "referencing", "jsonschema_specifications", "omegaconf", "hydra", "antlr4", "kubernetes_validate", "kubernetes")
@@ -33,7 +34,8 @@ def imported(args: list[str], cwd: Path) -> set[str]:
 
 @pytest.mark.parametrize("gpu", ["h200", "gb200"])
 def test_the_generator_imports_no_heavy_library(gpu, tmp_path):
-    modules = imported(["--gpu", gpu, "-o", str(tmp_path / "v.yaml")], tmp_path)
+    machine = [f"--{k}={v}" for k, v in machine_options(gpu).items()]  # A4X: a reservation's name
+    modules = imported(["--gpu", gpu, *machine, "-o", str(tmp_path / "v.yaml")], tmp_path)
     assert "generator" in modules and "yaml" in modules  # the report is read right
     assert sorted(m for m in modules if m in HEAVY) == []
 
