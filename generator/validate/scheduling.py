@@ -170,6 +170,12 @@ def _expression(pool: NodePool, expr: dict[str, Any]) -> bool:
     return False
 
 
+def required_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's required node affinity terms (any one must match); [] when none."""
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    return (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+
+
 def tolerates(tolerations: list[dict[str, Any]], taint: Taint) -> bool:
     for t in tolerations:
         if not isinstance(t, dict):
@@ -228,9 +234,7 @@ def _misses(pod: Pod, pool: NodePool, t: Tracer) -> list[Miss]:
             # gke.nodePools lists the cluster's pools: a name it lacks is not one of the user's own.
             custom = (not str(k).startswith(KNOWN_PREFIXES) and not has) or (k == NODE_POOL_LABEL and not pool.described)
             out.append(Miss(f"nodeSelector.{k}", key, f"nodeSelector {k}={v}: pool {pool.name} {carried}", custom))
-    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms"
-    )
+    terms = required_terms(spec)
     if terms and not any(all(_expression(pool, e) for e in (term.get("matchExpressions") or [])) for term in terms):
         key = t.node(terms) or t.node(terms[0]) or "(chart)"
         out.append(Miss("affinity", key, f"no required node affinity term matches pool {pool.name}"))
@@ -312,10 +316,7 @@ def _selected_classes(spec: dict[str, Any]) -> list[str]:
     out = []
     if (v := (spec.get("nodeSelector") or {}).get(compute_classes.LABEL)) is not None:
         out.append(str(v))
-    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms"
-    ) or []
-    for term in terms:
+    for term in required_terms(spec):
         for e in term.get("matchExpressions") or []:
             if e.get("key") == compute_classes.LABEL and e.get("operator") == "In":
                 out += [str(x) for x in e.get("values") or []]
