@@ -530,7 +530,8 @@ gke:
     labels:
       cloud.google.com/gke-accelerator: nvidia-gb200
       cloud.google.com/gke-gpu-driver-version: latest
-      cloud.google.com/gke-spot: 'true'
+      cloud.google.com/reservation-name: a4x-r1
+      cloud.google.com/reservation-affinity: specific
     taints:
     - key: nvidia.com/gpu
       value: present
