@@ -209,6 +209,12 @@ def not_offered(p: AcceleratorProfile, provisioning: str) -> str:
     return f"{p.machine_type} ({p.key}) is offered as {', '.join(p.provisioning)} only, not {provisioning} ({p.provisioning_source})"
 
 
+def reservation_missing(p: AcceleratorProfile, cite: bool = True) -> str:
+    """Why --reservation is needed for this machine's default reservation pool (with the row's source when `cite`)."""
+    where = f" ({p.provisioning_source})" if cite else ""
+    return f"{p.machine_type} ({p.key}) nodes come from a reservation{where}: name it with --reservation NAME"
+
+
 def example_reservation(p: AcceleratorProfile) -> str:
     """The reservation the repository's generated files and the test bed name for a machine offered
     by reservation only (scripts/sync.sh's scenarios and examples, testbed.bed.default_infra)."""
