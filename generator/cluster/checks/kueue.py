@@ -20,6 +20,7 @@ from typing import Any
 
 from generator.cluster.checks import kueue_version
 from generator.cluster.checks.context import Context
+from generator.cluster.kube import Forbidden
 from generator.cluster.report import Result, failed, passed, warned
 from generator.gke import kueue_dra, kueue_versions
 from generator.gke.profiles import profile
@@ -41,10 +42,13 @@ def gpu_quota(cq: dict[str, Any], resource: str = GPU) -> Fraction:
 
 def _dra_short(ctx: Context, cq: dict[str, Any]) -> str:
     """The first mapped DRA resource whose quota is below what the workers claim, as a message ('' if none)."""
-    needed = kueue_dra.needed(bool(ctx.value("accelerator.computeDomain", False)), str(ctx.value("network.mode", "")))
+    needed = kueue_version.dra_needed(ctx)
     if not needed:
         return ""
-    found, _ = kueue_version.cluster_version(ctx)
+    try:
+        found, _ = kueue_version.cluster_version(ctx)
+    except Forbidden:  # not read: counted as a Kueue that counts claims (kueue-version reports the permission)
+        found = ""
     if found and not kueue_dra.counts_claims(kueue_versions.parse(found)):
         return ""
     p = profile(str(ctx.value("accelerator.type")))
