@@ -20,7 +20,7 @@ import yaml
 from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
 from generator.gke.provisioning import CPU_POOL_NAME, gpu_node_taints, gpu_pool_labels
-from generator.infra.kueue import TOPOLOGY_LEVELS
+from generator.gke.topology import LEVELS
 from generator.infra.kueue import VERSION as KUEUE_VERSION
 from generator.infra.options import InfraOptions, reservation_name, reservation_project
 from generator.values.build import network_values
@@ -109,7 +109,7 @@ def node_pools(o: InfraOptions) -> list[dict[str, Any]]:
 
 
 def topology_values(o: InfraOptions) -> dict[str, str]:
-    return {"mode": o.topology, "level": TOPOLOGY_LEVELS[0]}
+    return {"mode": o.topology, "level": LEVELS[0]}
 
 
 def _pools(o: InfraOptions) -> str:
