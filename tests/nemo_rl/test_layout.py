@@ -17,6 +17,8 @@ from dataclasses import replace
 import pytest
 
 from generator.cli import main
+from generator.gke.profiles import profile
+from generator.gke.provisioning import machine_default
 from generator.nemo_rl import run_spec as grpo
 from generator.nemo_rl.recipe_config import Override, apply_overrides, load_recipe, lookup
 from generator.nemo_rl.releases import RELEASES, release
@@ -180,14 +182,15 @@ def test_async_turns_on_async_grpo_with_what_nemo_rl_asserts(tag):
 def test_the_default_layout_is_the_recipes_own_and_generation_nodes_gives_the_seeds_split(tag, model, gpu):
     """Without --generation-nodes the run places vLLM as the release's recipe for the model does
     (colocated, its memory share and TP); --generation-nodes 1 on 2 nodes is the seed's split."""
-    spec = build(Options(gpu=gpu, model=model, release=tag))["grpo"]
+    reserved = {"reservation": "a4x-r1"} if machine_default(profile(gpu)) == "reservation" else {}  # A4X: reservation only
+    spec = build(Options(gpu=gpu, model=model, release=tag, **reserved))["grpo"]
     own = recipe(tag, spec["recipe"])["policy"]["generation"]
     written = apply_overrides(recipe(tag, spec["recipe"]), spec["overrides"])["policy"]["generation"]
     assert written["colocated"]["enabled"] is own["colocated"]["enabled"] is True
     assert written["vllm_cfg"]["gpu_memory_utilization"] == own["vllm_cfg"]["gpu_memory_utilization"] == 0.6
     assert written["vllm_cfg"]["tensor_parallel_size"] == own["vllm_cfg"]["tensor_parallel_size"]
-    assert not [n for n in layout_notes(Options(gpu=gpu, model=model, release=tag)) if "colocated" in n]
-    seed = build(Options(gpu=gpu, model=model, release=tag, nodes=2, generation_nodes=1))["grpo"]
+    assert not [n for n in layout_notes(Options(gpu=gpu, model=model, release=tag, **reserved)) if "colocated" in n]
+    seed = build(Options(gpu=gpu, model=model, release=tag, nodes=2, generation_nodes=1, **reserved))["grpo"]
     gen = apply_overrides(recipe(tag, seed["recipe"]), seed["overrides"])["policy"]["generation"]
     assert gen["colocated"]["enabled"] is False and gen["colocated"]["resources"]["num_nodes"] == 1
     assert gen["vllm_cfg"]["gpu_memory_utilization"] == grpo.VLLM_MEMORY_DEDICATED
