@@ -28,7 +28,8 @@ def jsonschema_valid(doc: Any) -> bool:
 
 def _bases() -> list[dict[str, Any]]:
     docs = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "examples").glob("*.yaml"))]
-    docs += [values_for(gpu, nodes=n) for gpu in ("b200", "h200", "gb200") for n in (1, 8)]
+    docs += [values_for(gpu, nodes=n) for gpu in ("b200", "h200") for n in (1, 8)]
+    docs += [values_for("gb200", nodes=n, reservation="a4x-r1") for n in (1, 8)]  # A4X: reservation only
     docs += [
         build(Options(gpu="h200", mode="autopilot", name="my-run")),
         build(Options(gpu="h200", network="tcp", storage_claim="my-claim", kueue_queue="q", wandb=True, secret="s")),  # noqa: S106 - a Secret's name
