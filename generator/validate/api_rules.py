@@ -144,7 +144,7 @@ def values_at(values: dict[str, Any], dotted: str) -> Any:
 
 
 def mapping(node: Any, *keys: str) -> dict[str, Any]:
-    """The mapping at node[k1][k2]...; {} where a step is missing or not a mapping."""
+    """node[k1][k2]... as a map; {} where a level is missing or not a map."""
     for k in keys:
         node = node.get(k) if isinstance(node, dict) else None
     return node if isinstance(node, dict) else {}
