@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/rehearse.py [--nodes 2 4 8 16] [--drill]
 
-Each size is the tutorial's run (Gemma 3 27B, H200, half the nodes for generation) with --nodes N,
+Each size is the tutorial's run (Gemma 3 27B, H200, colocated as the generator's default) with --nodes N,
 rehearsed end to end by the CLI in a subprocess. Memory is sampled every 0.5 s over the CLI and
 every process of its rehearsal (they carry NEMO_RL_GKE_REHEARSAL=<tag> in their environment):
 PSS (shared pages split between the processes that map them: what the machine really spends) and

@@ -110,6 +110,11 @@ def interleaved(fns: dict[str, Callable[[], None]], repeat: int) -> dict[str, tu
     return {k: (statistics.median(walls[k]), statistics.median(cpus[k])) for k in fns}
 
 
+def wall_cpu(times: tuple[float, float]) -> str:
+    """An `interleaved` median pair as the table shows it."""
+    return f"{times[0] * 1000:.0f} ms wall, {times[1] * 1000:.0f} ms CPU"
+
+
 def groups(total: int, n: int) -> str:
     sizes = [total // n + (1 if i < total % n else 0) for i in range(n)]
     return ",".join(f"g{i}={s}" for i, s in enumerate(sizes))
@@ -133,40 +138,21 @@ def main() -> int:
         roots = [ROOT] if base is None else [ROOT, base]
         for root in roots:
             bytecode(root, compiled=False)
-        cold_cmds = {"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}
-        if base is not None:
-            cold_cmds["base"] = cli("--gpu", "h200", "-o", str(tmp / "v-base.yaml"), "--force", cwd=tmp, root=base)
-        cold_times = interleaved(cold_cmds, args.repeat)
-        cold = cold_times["gen"]
-        for root in roots:
-            bytecode(root, compiled=True)
         gen_cmds = {"gen": cli("--gpu", "h200", "-o", str(tmp / "v.yaml"), "--force", cwd=tmp)}
         if base is not None:
             gen_cmds["base"] = cli("--gpu", "h200", "-o", str(tmp / "v-base.yaml"), "--force", cwd=tmp, root=base)
+        cold_times = interleaved(gen_cmds, args.repeat)  # the same commands, before and after compiling
+        for root in roots:
+            bytecode(root, compiled=True)
         gen_times = interleaved(gen_cmds, args.repeat)
-        gen, gen_cpu = gen_times["gen"]
+        gen = gen_times["gen"][0]
         if base is not None:
-            bw, bc = gen_times["base"]
-            rows.append(("baseline: `python -m generator --gpu h200`", f"{bw * 1000:.0f} ms wall, {bc * 1000:.0f} ms CPU", "", ""))
-        rows.append(
-            (
-                "`python -m generator --gpu h200` (process start to file written)",
-                f"{gen * 1000:.0f} ms wall, {gen_cpu * 1000:.0f} ms CPU",
-                "< 300 ms",
-                ok(gen, "generator"),
-            )
-        )
+            rows.append(("baseline: `python -m generator --gpu h200`", wall_cpu(gen_times["base"]), "", ""))
+        started = "`python -m generator --gpu h200` (process start to file written)"
+        rows.append((started, wall_cpu(gen_times["gen"]), "< 300 ms", ok(gen, "generator")))
         if base is not None:
-            bw, bc = cold_times["base"]
-            rows.append(("baseline: the same without bytecode", f"{bw * 1000:.0f} ms wall, {bc * 1000:.0f} ms CPU", "", ""))
-        rows.append(
-            (
-                "the same without generator/'s bytecode (compiled at each start)",
-                f"{cold[0] * 1000:.0f} ms wall, {cold[1] * 1000:.0f} ms CPU",
-                "",
-                "",
-            )
-        )
+            rows.append(("baseline: the same without bytecode", wall_cpu(cold_times["base"]), "", ""))
+        rows.append(("the same without generator/'s bytecode (compiled at each start)", wall_cpu(cold_times["gen"]), "", ""))
         huge, empty = tmp / "huge.yaml", tmp / "empty.yaml"
         huge.write_text("a: " + "x" * (50 << 20) + "\n")
         empty.write_text("")

@@ -231,7 +231,7 @@ def _non_finite(node: Any, path: list[Any]) -> Iterator[SchemaError]:
 # Draft 2020-12 semantics (Python's types as jsonschema's default type checker maps them, `pattern`
 # as Go matches it, `$ref` beside its siblings); jsonschema itself runs only when the answer is
 # no, so findings and their messages are its own. A keyword it does not know makes it say no.
-# tests/values/test_schema.py holds it to jsonschema over generated files and typical mistakes.
+# tests/values/test_schema_conforms.py holds it to jsonschema over generated files and typical mistakes.
 
 _ANNOTATIONS = frozenset({"description", "title", "default", "$schema", "$id", "$comment", "$defs", "examples"})
 

@@ -135,6 +135,7 @@ GPU_DRIVER_VERSION = "latest"  # the infra script's --accelerator gpu-driver-ver
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+RESERVATION_PROJECT_LABEL = "cloud.google.com/reservation-project"  # a reservation shared from another project
 
 
 def gpu_pool_name(gpu_key: str, group: str = "") -> str:
@@ -176,6 +177,19 @@ def gpu_node_labels(accelerator_label: str, provisioning: str, reservation: str 
     return {ACCELERATOR_LABEL: accelerator_label, DRIVER_LABEL: GPU_DRIVER_VERSION} | TYPES[provisioning].node_labels(reservation)
 
 
+def gpu_pool_labels(
+    accelerator_label: str, provisioning: str, reservation: str = "", project: str = "", dranet: bool = False
+) -> dict[str, str]:
+    """`gpu_node_labels`, with the reservation's project when it is shared from another
+    (`RESERVATION_PROJECT_LABEL`) and the labels of a pool made with --accelerator-network-profile=auto
+    (`dranet_node_labels`): what the infra script's GPU pools carry (its overlay's gke.nodePools)
+    and what validate's scheduling model derives from the values."""
+    labels = gpu_node_labels(accelerator_label, provisioning, reservation)
+    if provisioning == "reservation" and project:
+        labels[RESERVATION_PROJECT_LABEL] = project
+    return labels | (dranet_node_labels() if dranet else {})
+
+
 def gpu_node_taints(provisioning: str, cpu_arch: str = "amd64") -> list[Taint]:
     """The taints of a GPU node of this provisioning type and CPU architecture: the GPU taint,
     the type's, then the architecture's (`arch_taints`)."""
@@ -193,6 +207,12 @@ def not_offered(p: AcceleratorProfile, provisioning: str) -> str:
     if p.offers(provisioning):
         return ""
     return f"{p.machine_type} ({p.key}) is offered as {', '.join(p.provisioning)} only, not {provisioning} ({p.provisioning_source})"
+
+
+def reservation_missing(p: AcceleratorProfile, cite: bool = True) -> str:
+    """Why --reservation is needed for this machine's default reservation pool (with the row's source when `cite`)."""
+    where = f" ({p.provisioning_source})" if cite else ""
+    return f"{p.machine_type} ({p.key}) nodes come from a reservation{where}: name it with --reservation NAME"
 
 
 def example_reservation(p: AcceleratorProfile) -> str:

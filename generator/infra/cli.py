@@ -21,7 +21,7 @@ from generator.gke import networks
 from generator.gke.locations import REGION, ZONE_SUFFIX
 from generator.gke.lustre import LUSTRE_THROUGHPUTS, LUSTRE_TIERS, sizes_text
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES, profile
-from generator.gke.provisioning import MODES, PROVISIONING, machine_default, not_offered
+from generator.gke.provisioning import MODES, PROVISIONING, machine_default, not_offered, reservation_missing
 from generator.infra.options import NETWORK_MODES, TOPOLOGY_MODES, InfraOptions
 from generator.infra.script import bring_up_script, teardown_script
 from generator.values.worker_groups import MAX_NODES, GroupSpec, parse_groups, worker_nodes
@@ -186,9 +186,8 @@ def _check_nodes(o: InfraOptions) -> None:
         _check(1 <= o.nodes <= MAX_NODES, "--nodes", f"must be between 1 and {MAX_NODES}, got {o.nodes}")
         if o.provisioning == "reservation":
             p = profile(o.gpu)
-            why = f"{p.machine_type} ({p.key}) nodes come from a reservation ({p.provisioning_source}): name it with --reservation NAME"
             plain = "required with --provisioning reservation"
-            _check(bool(o.reservation), "--reservation", why if machine_default(p) == "reservation" else plain)
+            _check(bool(o.reservation), "--reservation", reservation_missing(p) if machine_default(p) == "reservation" else plain)
             _check_reservation("--reservation", o.reservation)
         else:
             _check(not o.reservation, "--reservation", f"only with --provisioning reservation (got --provisioning {o.provisioning})")

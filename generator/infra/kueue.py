@@ -28,8 +28,7 @@ VERSION = "v0.16.5"
 MANIFEST = f"https://github.com/kubernetes-sigs/kueue/releases/download/{VERSION}/manifests.yaml"
 API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = "nemo-rl"
-TOPOLOGY = "gke-default"
-TOPOLOGY_LEVELS = LEVELS  # GKE's topology labels, widest first (generator/gke/topology.py)
+TOPOLOGY = "gke-default"  # its levels: GKE's topology labels, widest first (generator/gke/topology.py)
 CPU_FLAVOR = "cpu"
 # The head's share of the queue: it requests CPU and memory only (head.resources: 6 CPU, 36Gi).
 CPU_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "0"}
@@ -83,7 +82,7 @@ def manifests(o: InfraOptions) -> list[dict[str, Any]]:
                 "apiVersion": API,
                 "kind": "Topology",
                 "metadata": {"name": TOPOLOGY},
-                "spec": {"levels": [{"nodeLabel": lv} for lv in TOPOLOGY_LEVELS]},
+                "spec": {"levels": [{"nodeLabel": lv} for lv in LEVELS]},
             }
         )
     docs.append({"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": CPU_FLAVOR}, "spec": {}})
@@ -188,5 +187,5 @@ def config_step(o: InfraOptions) -> str:
     text = "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
     flavors = ", ".join(d["metadata"]["name"] for d in docs if d["kind"] == "ResourceFlavor")
     if o.topology != "none":
-        flavors += f"; topology {TOPOLOGY} over {', '.join(TOPOLOGY_LEVELS)}"
+        flavors += f"; topology {TOPOLOGY} over {', '.join(LEVELS)}"
     return CONFIG % {"flavors": f"flavors {flavors}", "manifests": text}

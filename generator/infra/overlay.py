@@ -19,8 +19,8 @@ import yaml
 
 from generator.gke.machines import CPU_POOL
 from generator.gke.profiles import profile
-from generator.gke.provisioning import CPU_POOL_NAME, dranet_node_labels, gpu_node_labels, gpu_node_taints
-from generator.infra.kueue import TOPOLOGY_LEVELS
+from generator.gke.provisioning import CPU_POOL_NAME, gpu_node_taints, gpu_pool_labels
+from generator.gke.topology import LEVELS
 from generator.infra.kueue import VERSION as KUEUE_VERSION
 from generator.infra.options import InfraOptions, reservation_name, reservation_project
 from generator.values.build import network_values
@@ -101,19 +101,15 @@ def node_pools(o: InfraOptions) -> list[dict[str, Any]]:
     p = profile(o.gpu)
     pools: list[dict[str, Any]] = [{"name": CPU_POOL_NAME, "machineType": CPU_POOL.machine_type}]
     for g in o.worker_groups:
-        labels = gpu_node_labels(p.node_label, g.provisioning, reservation_name(g.reservation))
         owner = reservation_project(g.reservation) if g.provisioning == "reservation" else ""
-        if owner:
-            labels["cloud.google.com/reservation-project"] = owner
-        if o.dranet:
-            labels |= dranet_node_labels()
+        labels = gpu_pool_labels(p.node_label, g.provisioning, reservation_name(g.reservation), owner, o.dranet)
         taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in gpu_node_taints(g.provisioning, p.cpu_arch)]
         pools.append({"name": o.pool_name(g), "machineType": p.machine_type, "labels": labels, "taints": taints})
     return pools
 
 
 def topology_values(o: InfraOptions) -> dict[str, str]:
-    return {"mode": o.topology, "level": TOPOLOGY_LEVELS[0]}
+    return {"mode": o.topology, "level": LEVELS[0]}
 
 
 def _pools(o: InfraOptions) -> str:

@@ -143,14 +143,15 @@ def values_at(values: dict[str, Any], dotted: str) -> Any:
 # --- the rules ------------------------------------------------------------------------------
 
 
-def _map(node: Any, *keys: str) -> dict[str, Any]:
+def mapping(node: Any, *keys: str) -> dict[str, Any]:
+    """node[k1][k2]... as a map; {} where a level is missing or not a map."""
     for k in keys:
         node = node.get(k) if isinstance(node, dict) else None
     return node if isinstance(node, dict) else {}
 
 
 def _where(obj: dict[str, Any]) -> str:
-    return f"{obj.get('kind', '?')}/{_map(obj, 'metadata').get('name', '?')}"
+    return f"{obj.get('kind', '?')}/{mapping(obj, 'metadata').get('name', '?')}"
 
 
 def _labels(labels: dict[str, Any], where: str, what: str, t: Tracer) -> Iterator[Finding]:
@@ -167,7 +168,7 @@ def _selector(sel: Any, where: str, t: Tracer, owner: str | None = None) -> Iter
     """ValidateLabelSelector on one selector; `owner` is the values key the whole selector comes from."""
     if not isinstance(sel, dict):
         return
-    for f in _labels(_map(sel, "matchLabels"), where, "selector label", t):
+    for f in _labels(mapping(sel, "matchLabels"), where, "selector label", t):
         yield f if f.key != RELEASE_KEY or owner is None else error(owner, f.message, f.fix)
     for i, expr in enumerate(sel.get("matchExpressions") or []):
         if not isinstance(expr, dict):
@@ -191,7 +192,7 @@ def _selector(sel: Any, where: str, t: Tracer, owner: str | None = None) -> Iter
 
 
 def _names(obj: dict[str, Any], t: Tracer) -> Iterator[Finding]:
-    name = str(_map(obj, "metadata").get("name", ""))
+    name = str(mapping(obj, "metadata").get("name", ""))
     kind = str(obj.get("kind", ""))
     if kind == "RayCluster":
         return  # KubeRay's stricter rule is rules/names.py's
@@ -229,7 +230,7 @@ def _containers(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _resources(spec: dict[str, Any], where: str, t: Tracer) -> Iterator[Finding]:
     for c in _containers(spec):
         res = c.get("resources") or {}
-        req, lim = _map(res, "requests"), _map(res, "limits")
+        req, lim = mapping(res, "requests"), mapping(res, "limits")
         owner = t.node(res) or t.node(req) or t.node(lim) or RELEASE_KEY
         at = f"container {c.get('name', '?')} of {where}"
         for name in sorted(req):
@@ -262,7 +263,7 @@ def _resources(spec: dict[str, Any], where: str, t: Tracer) -> Iterator[Finding]
 def _pod_spec(spec: dict[str, Any], where: str, t: Tracer) -> Iterator[Finding]:
     yield from _tolerations(spec, where, t)
     yield from _resources(spec, where, t)
-    yield from _labels(_map(spec, "nodeSelector"), where, "nodeSelector", t)
+    yield from _labels(mapping(spec, "nodeSelector"), where, "nodeSelector", t)
     sa = spec.get("serviceAccountName")
     if sa and (problem := name_problem("ServiceAccount", str(sa))):
         yield error(
@@ -272,20 +273,20 @@ def _pod_spec(spec: dict[str, Any], where: str, t: Tracer) -> Iterator[Finding]:
 
 def _templates(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every pod template (or pod) of an object: where, and the template's {metadata, spec}."""
-    kind, spec = obj.get("kind"), _map(obj, "spec")
+    kind, spec = obj.get("kind"), mapping(obj, "spec")
     where = _where(obj)
     if kind in POD_KINDS:
         yield where, obj
     elif kind == "RayCluster":
-        yield f"{where} head", _map(spec, "headGroupSpec", "template")
+        yield f"{where} head", mapping(spec, "headGroupSpec", "template")
         for i, g in enumerate(spec.get("workerGroupSpecs") or []):
-            yield f"{where} workerGroupSpecs[{i}]", _map(g, "template")
+            yield f"{where} workerGroupSpecs[{i}]", mapping(g, "template")
     elif "template" in spec:
-        yield where, _map(spec, "template")
+        yield where, mapping(spec, "template")
 
 
 def _network_policy(obj: dict[str, Any], t: Tracer) -> Iterator[Finding]:
-    where, spec = _where(obj), _map(obj, "spec")
+    where, spec = _where(obj), mapping(obj, "spec")
     yield from _selector(spec.get("podSelector"), f"{where} podSelector", t)
     for direction, side in (("ingress", "from"), ("egress", "to")):
         for i, rule in enumerate(spec.get(direction) or []):
@@ -321,14 +322,14 @@ def check(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[Finding]:
             continue
         where = _where(obj)
         out += _names(obj, t)
-        out += _labels(_map(obj, "metadata", "labels"), where, "label", t)
+        out += _labels(mapping(obj, "metadata", "labels"), where, "label", t)
         for at, template in _templates(obj):
-            out += _labels(_map(template, "metadata", "labels"), at, "label", t)
-            out += _pod_spec(_map(template, "spec"), at, t)
+            out += _labels(mapping(template, "metadata", "labels"), at, "label", t)
+            out += _pod_spec(mapping(template, "spec"), at, t)
         if obj.get("kind") == "NetworkPolicy":
             out += _network_policy(obj, t)
         elif obj.get("kind") == "PodDisruptionBudget":
-            out += _selector(_map(obj, "spec").get("selector"), f"{where} selector", t)
+            out += _selector(mapping(obj, "spec").get("selector"), f"{where} selector", t)
     seen: set[str] = set()
     unique = []
     for f in out:

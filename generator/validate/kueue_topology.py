@@ -32,9 +32,10 @@ from fractions import Fraction
 from typing import Any
 
 from generator.gke.profiles import profile
-from generator.gke.sizing import parse_quantity
 from generator.gke.topology import LEVELS, nodes_per_domain
+from generator.validate.api_rules import mapping
 from generator.validate.findings import Finding, error, warning
+from generator.validate.scheduling import GPU, pod_requests
 
 PREFIX = "kueue.x-k8s.io/podset-"
 REQUIRED = f"{PREFIX}required-topology"
@@ -44,32 +45,20 @@ SLICE_REQUIRED = f"{PREFIX}slice-required-topology"
 SLICE_SIZE = f"{PREFIX}slice-size"
 EXCLUSIVE = (REQUIRED, PREFERRED, UNCONSTRAINED, SLICE_REQUIRED)
 SOURCE = "kueue v0.19.2"
-GPU = "nvidia.com/gpu"
-
-
-def _map(node: Any, *keys: str) -> dict[str, Any]:
-    for k in keys:
-        node = node.get(k) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
 
 
 def _gpus(spec: dict[str, Any]) -> Fraction:
-    total = Fraction(0)
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        q = (res.get("requests") or {}).get(GPU, (res.get("limits") or {}).get(GPU))
-        if q is not None:
-            try:
-                total += Fraction(parse_quantity(q))
-            except (ValueError, TypeError):
-                return Fraction(0)
-    return total
+    """The GPUs one pod of the set requests (kube-scheduler's PodRequests); 0 when a quantity does not parse."""
+    try:
+        return pod_requests(spec).get(GPU, Fraction(0))
+    except (ValueError, TypeError):
+        return Fraction(0)
 
 
 def _key(values: dict[str, Any], own: str, annotation: str) -> str:
     """The values key an annotation of the pod set comes from: the chart's kueue.topology, or the
     group's (head's) own annotations."""
-    topo = _map(values, "kueue", "topology")
+    topo = mapping(values, "kueue", "topology")
     mode = str(topo.get("mode") or "none")
     if mode != "none" and annotation == f"{PREFIX}{mode}-topology":
         return "kueue.topology.level"
@@ -78,17 +67,17 @@ def _key(values: dict[str, Any], own: str, annotation: str) -> str:
 
 def _pod_sets(rc: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any], int]]:
     """(where, values prefix, pod template, pod count) of the head and each worker group."""
-    spec = _map(rc, "spec")
-    yield "the head", "head", _map(spec, "headGroupSpec", "template"), 1
+    spec = mapping(rc, "spec")
+    yield "the head", "head", mapping(spec, "headGroupSpec", "template"), 1
     for i, g in enumerate(spec.get("workerGroupSpecs") or []):
         count = int(g.get("replicas", 1) or 0) * max(int(g.get("numOfHosts", 1) or 1), 1)
-        yield f"worker group {g.get('groupName', i)}", f"workerGroups[{i}]", _map(g, "template"), count
+        yield f"worker group {g.get('groupName', i)}", f"workerGroups[{i}]", mapping(g, "template"), count
 
 
 def _capacity(level: str, machine_type: str, gpus_per_node: int, template: dict[str, Any]) -> tuple[int, int] | None:
     """(nodes, pods) one domain of `level` holds; None when not known."""
     nodes = nodes_per_domain(level, machine_type)
-    wanted = _gpus(_map(template, "spec"))
+    wanted = _gpus(mapping(template, "spec"))
     if nodes is None or wanted <= 0:
         return None
     per_node = int(Fraction(gpus_per_node) / wanted)
@@ -96,7 +85,7 @@ def _capacity(level: str, machine_type: str, gpus_per_node: int, template: dict[
 
 
 def _check_set(values: dict[str, Any], where: str, own: str, template: dict[str, Any], count: int) -> Iterator[Finding]:
-    ann = {str(k): str(v) for k, v in _map(template, "metadata", "annotations").items()}
+    ann = {str(k): str(v) for k, v in mapping(template, "metadata", "annotations").items()}
     given = [a for a in EXCLUSIVE if a in ann]
     if len(given) > 1:
         yield error(
@@ -147,7 +136,7 @@ def _check_set(values: dict[str, Any], where: str, own: str, template: dict[str,
 def check(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[Finding]:
     """Kueue TAS findings on every pod set of the rendered RayCluster (with kueue.enabled only:
     without the queue label Kueue does not manage it and ignores the annotations)."""
-    if not _map(values, "kueue").get("enabled") or "accelerator" not in values:
+    if not mapping(values, "kueue").get("enabled") or "accelerator" not in values:
         return []
     try:
         profile(str(values["accelerator"]["type"]))

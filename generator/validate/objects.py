@@ -35,7 +35,7 @@ from generator.gke.profiles import PROFILES
 from generator.gke.provisioning import TYPES
 from generator.gke.sizing import parse_quantity
 from generator.helm.runner import DEFAULT_NAMESPACE, helm_env
-from generator.validate.api_rules import label_key_problem, label_value_problem, values_at
+from generator.validate.api_rules import label_key_problem, label_value_problem, mapping, values_at
 from generator.validate.findings import Finding, error, warning
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
@@ -60,36 +60,29 @@ class Pod:
     group: int | None = None
 
 
-def _at(node: Any, *keys: str) -> dict[str, Any]:
-    """node[k1][k2]... as a map; {} where a level is missing or not a map."""
-    for k in keys:
-        node = node.get(k) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
-
-
 def _template_pod(where: str, template: dict[str, Any], resources: str, scheduling: str, *, ray: str = "", group: int | None = None) -> Pod:
-    return Pod(where, _at(template, "spec"), _at(template, "metadata", "labels"), resources, scheduling, ray, group)
+    return Pod(where, mapping(template, "spec"), mapping(template, "metadata", "labels"), resources, scheduling, ray, group)
 
 
 def _ray_pods(name: str, spec: dict[str, Any]) -> Iterator[Pod]:
-    yield _template_pod(f"RayCluster/{name} head", _at(spec, "headGroupSpec", "template"), "head", "head", ray="head")
+    yield _template_pod(f"RayCluster/{name} head", mapping(spec, "headGroupSpec", "template"), "head", "head", ray="head")
     for i, g in enumerate(spec.get("workerGroupSpecs") or []):
         where = f"RayCluster/{name} workerGroupSpecs[{i}]"
-        yield _template_pod(where, _at(g, "template"), "worker", f"workerGroups[{i}]", ray="worker", group=i)
+        yield _template_pod(where, mapping(g, "template"), "worker", f"workerGroups[{i}]", ray="worker", group=i)
 
 
 def pod_templates(objs: list[dict[str, Any]]) -> Iterator[Pod]:
     for o in objs:
-        kind, name, spec = o.get("kind"), _at(o, "metadata").get("name", "?"), _at(o, "spec")
+        kind, name, spec = o.get("kind"), mapping(o, "metadata").get("name", "?"), mapping(o, "spec")
         if kind == "RayCluster":
             yield from _ray_pods(name, spec)
         elif kind == "Job":
-            template = _at(spec, "template")
-            component = str(_at(template, "metadata", "labels").get("app.kubernetes.io/component", ""))
+            template = mapping(spec, "template")
+            component = str(mapping(template, "metadata", "labels").get("app.kubernetes.io/component", ""))
             resources = "prepare" if "prepare" in component or "prepare" in str(name) else "launcher"
             yield _template_pod(f"Job/{name}", template, resources, "launcher")
         elif kind == "Pod":
-            yield Pod(f"Pod/{name}", spec, _at(o, "metadata", "labels"), "", "")
+            yield Pod(f"Pod/{name}", spec, mapping(o, "metadata", "labels"), "", "")
 
 
 def _find(values: dict[str, Any], prefixes: list[str], field: str, item: Any) -> str | None:

@@ -38,11 +38,11 @@ from generator.gke.provisioning import (
     ANY_VALUE_LABELS,
     CPU_POOL_NAME,
     NODE_POOL_LABEL,
+    RESERVATION_PROJECT_LABEL,
     TYPES,
     Taint,
-    dranet_node_labels,
-    gpu_node_labels,
     gpu_node_taints,
+    gpu_pool_labels,
     gpu_pool_name,
     node_labels,
 )
@@ -56,7 +56,6 @@ PODS_PER_NODE = 110  # GKE Standard's default maximum pods per node
 KNOWN_PREFIXES = ("kubernetes.io/", "k8s.io/", "cloud.google.com/", "node.kubernetes.io/", "topology.kubernetes.io/", "nvidia.com/")
 GIB = 2**30
 RESERVATION_NAME = "cloud.google.com/reservation-name"
-RESERVATION_PROJECT = "cloud.google.com/reservation-project"
 
 
 @dataclass(frozen=True)
@@ -122,12 +121,14 @@ def node_pools(values: dict[str, Any]) -> list[NodePool]:
         named = gpu_pool_name(p.key, str(g.get("name")))
         names = (gpu_pool_name(p.key), named) if len(groups) == 1 else (named,)
         labels: dict[str, str | None] = {**anywhere, **node_labels(p.machine_type, names[0], p.cpu_arch)}
-        labels |= gpu_node_labels(p.node_label, provisioning, str(g.get("reservationName") or ""))
-        if provisioning == "reservation" and g.get("reservationProject"):
-            labels[RESERVATION_PROJECT] = str(g["reservationProject"])
+        labels |= gpu_pool_labels(
+            p.node_label,
+            provisioning,
+            str(g.get("reservationName") or ""),
+            str(g.get("reservationProject") or ""),
+            dranet=(values.get("network") or {}).get("mode") == "dranet",  # pools made with --accelerator-network-profile=auto
+        )
         alloc = _allocatable(p.host_vcpus, p.host_memory_gib, p.gpus_per_node)
-        if (values.get("network") or {}).get("mode") == "dranet":  # pools made with --accelerator-network-profile=auto
-            labels |= dranet_node_labels()
         taints = gpu_node_taints(provisioning, p.cpu_arch)
         pools.append(NodePool(names[0], labels, tuple(taints), alloc, names))
     return pools
@@ -168,6 +169,12 @@ def _expression(pool: NodePool, expr: dict[str, Any]) -> bool:
             return False
         return a > b if op == "Gt" else a < b
     return False
+
+
+def required_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's required node affinity terms (any one must match); [] when none."""
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    return (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
 
 
 def tolerates(tolerations: list[dict[str, Any]], taint: Taint) -> bool:
@@ -228,9 +235,7 @@ def _misses(pod: Pod, pool: NodePool, t: Tracer) -> list[Miss]:
             # gke.nodePools lists the cluster's pools: a name it lacks is not one of the user's own.
             custom = (not str(k).startswith(KNOWN_PREFIXES) and not has) or (k == NODE_POOL_LABEL and not pool.described)
             out.append(Miss(f"nodeSelector.{k}", key, f"nodeSelector {k}={v}: pool {pool.name} {carried}", custom))
-    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms"
-    )
+    terms = required_terms(spec)
     if terms and not any(all(_expression(pool, e) for e in (term.get("matchExpressions") or [])) for term in terms):
         key = t.node(terms) or t.node(terms[0]) or "(chart)"
         out.append(Miss("affinity", key, f"no required node affinity term matches pool {pool.name}"))
@@ -258,7 +263,7 @@ def _provisioning_key(pod: Pod, label: str, t: Tracer) -> str | None:
     """workerGroups[i].provisioning when the chart selects `label` for the group's provisioning type."""
     group = _values_at(t.values, pod.scheduling) if pod.group is not None else None
     kind = TYPES.get(str((group or {}).get("provisioning")))
-    if label == RESERVATION_PROJECT and (group or {}).get("reservationProject"):
+    if label == RESERVATION_PROJECT_LABEL and (group or {}).get("reservationProject"):
         return f"{pod.scheduling}.reservationProject"
     if kind is not None and any(k == label for k, _ in kind.labels):
         field = "reservationName" if label == RESERVATION_NAME else "provisioning"
@@ -312,10 +317,7 @@ def _selected_classes(spec: dict[str, Any]) -> list[str]:
     out = []
     if (v := (spec.get("nodeSelector") or {}).get(compute_classes.LABEL)) is not None:
         out.append(str(v))
-    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms"
-    ) or []
-    for term in terms:
+    for term in required_terms(spec):
         for e in term.get("matchExpressions") or []:
             if e.get("key") == compute_classes.LABEL and e.get("operator") == "In":
                 out += [str(x) for x in e.get("values") or []]

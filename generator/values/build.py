@@ -8,7 +8,7 @@ from typing import Any
 
 from generator.gke import networks, versions
 from generator.gke.profiles import profile
-from generator.gke.provisioning import DEFAULT_MODE, MODES, PROVISIONING, machine_default, not_offered
+from generator.gke.provisioning import DEFAULT_MODE, MODES, PROVISIONING, machine_default, not_offered, reservation_missing
 from generator.gke.sizing import worker_sizing
 from generator.nemo_rl import releases
 from generator.nemo_rl import run_spec as grpo
@@ -215,8 +215,7 @@ def check_provisioning(opts: Options) -> None:
             option = "--groups" if opts.groups else "--provisioning"
             raise ValueError(f"{option}: {why}")
     if not opts.groups and groups(opts)[0].provisioning == "reservation" and not opts.reservation:
-        where = f" ({p.provisioning_source})" if not opts.provisioning else ""
-        raise ValueError(f"--reservation: {p.machine_type} ({p.key}) nodes come from a reservation{where}: name it with --reservation NAME")
+        raise ValueError(f"--reservation: {reservation_missing(p, cite=not opts.provisioning)}")
 
 
 def _reservation_project(opts: Options, group: GroupSpec) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from generator.cluster.checks import kueue_version
 from generator.cluster.checks.context import Context
+from generator.cluster.kube import Forbidden
 from generator.cluster.report import Result, failed, passed, warned
 from generator.gke import kueue_dra, kueue_versions
 from generator.gke.profiles import profile
@@ -29,7 +30,8 @@ NAME = "kueue-queue"
 GPU = "nvidia.com/gpu"
 
 
-def gpu_quota(cq: dict[str, Any], resource: str = GPU) -> Fraction:
+def nominal_quota(cq: dict[str, Any], resource: str = GPU) -> Fraction:
+    """The ClusterQueue's nominal quota of `resource`, summed over its flavors."""
     total = Fraction(0)
     for group in (cq.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
@@ -41,16 +43,19 @@ def gpu_quota(cq: dict[str, Any], resource: str = GPU) -> Fraction:
 
 def _dra_short(ctx: Context, cq: dict[str, Any]) -> str:
     """The first mapped DRA resource whose quota is below what the workers claim, as a message ('' if none)."""
-    needed = kueue_dra.needed(bool(ctx.value("accelerator.computeDomain", False)), str(ctx.value("network.mode", "")))
+    needed = kueue_version.dra_needed(ctx)
     if not needed:
         return ""
-    found, _ = kueue_version.cluster_version(ctx)
+    try:
+        found, _ = kueue_version.cluster_version(ctx)
+    except Forbidden:  # not read: counted as a Kueue that counts claims (kueue-version reports the permission)
+        found = ""
     if found and not kueue_dra.counts_claims(kueue_versions.parse(found)):
         return ""
     p = profile(str(ctx.value("accelerator.type")))
     workers = sum(int(g.get("replicas", 0)) for g in ctx.value("workerGroups", []) or [])
     for m in needed:
-        have, want = gpu_quota(cq, m.resource), workers * m.per_worker(p)
+        have, want = nominal_quota(cq, m.resource), workers * m.per_worker(p)
         if have < want:
             return f"{have} nominal {m.resource} (DeviceClass {m.device_class}), the workers claim {want}"
     return ""
@@ -79,7 +84,7 @@ def _cluster_queue(ctx: Context, version: str, lq: dict[str, Any]) -> Result:
     if why := _inactive(lq):
         describe = f"kubectl -n {ctx.namespace} describe localqueue {lq['metadata']['name']}"
         return failed(NAME, f"LocalQueue {queue} is not active: {why}", describe)
-    quota, need = gpu_quota(cq), ctx.rendered.gpus
+    quota, need = nominal_quota(cq), ctx.rendered.gpus
     if quota < need:
         msg = f"ClusterQueue {name} has {quota} nominal {GPU}, the release needs {need}"
         if (cq.get("spec") or {}).get("cohort"):

@@ -77,10 +77,15 @@ def check(ctx: Context) -> Result:
     return passed(NAME, f"the cluster runs Kueue {found}: up to {limit} worker groups, the release has {groups}")
 
 
+def dra_needed(ctx: Context) -> list[kueue_dra.DeviceMapping]:
+    """The DRA mappings the release's workers need (accelerator.computeDomain, network.mode dranet)."""
+    return kueue_dra.needed(bool(ctx.value("accelerator.computeDomain", False)), str(ctx.value("network.mode", "")))
+
+
 def _unmapped_device_classes(ctx: Context, version: str) -> list[kueue_dra.DeviceMapping] | Result:
     """The DRA mappings the release's workers need that Kueue's configuration lacks (none needed
     below 0.18: such Kueue does not count claims)."""
-    needed = kueue_dra.needed(bool(ctx.value("accelerator.computeDomain", False)), str(ctx.value("network.mode", "")))
+    needed = dra_needed(ctx)
     if not needed or not kueue_dra.counts_claims(kueue_versions.parse(version)):
         return []
     try:
