@@ -209,10 +209,12 @@ def not_offered(p: AcceleratorProfile, provisioning: str) -> str:
     return f"{p.machine_type} ({p.key}) is offered as {', '.join(p.provisioning)} only, not {provisioning} ({p.provisioning_source})"
 
 
-def reservation_missing(p: AcceleratorProfile, cite: bool = True) -> str:
-    """Why --reservation is needed for this machine's default reservation pool (with the row's source when `cite`)."""
+def reservation_missing(p: AcceleratorProfile, cite: bool = True, group: str = "") -> str:
+    """Why --reservation (or, for a `--groups` entry, its RESERVATION part) is needed for this
+    machine's default reservation pool (with the row's source when `cite`)."""
     where = f" ({p.provisioning_source})" if cite else ""
-    return f"{p.machine_type} ({p.key}) nodes come from a reservation{where}: name it with --reservation NAME"
+    how = f"give the group as {group}=N:reservation:RESERVATION" if group else "name it with --reservation NAME"
+    return f"{p.machine_type} ({p.key}) nodes come from a reservation{where}: {how}"
 
 
 def example_reservation(p: AcceleratorProfile) -> str:

@@ -170,7 +170,10 @@ def _check_groups(o: InfraOptions) -> None:
     for g in o.groups:
         _check(bool(GROUP_NAME.fullmatch(g.name)), "--groups", f"{g.name!r} is not a lowercase name of at most 20 characters")
         if g.provisioning == "reservation":
-            _check(bool(g.reservation), "--groups", f"group {g.name}: a reservation group needs NAME=N:reservation:RESERVATION")
+            p = profile(o.gpu)
+            plain = "a reservation group needs NAME=N:reservation:RESERVATION"
+            missing = reservation_missing(p, group=g.name) if machine_default(p) == "reservation" else plain
+            _check(bool(g.reservation), "--groups", f"group {g.name}: {missing}")
             _check_reservation("--groups", g.reservation)
         else:
             _check(not g.reservation, "--groups", f"group {g.name}: a reservation only with provisioning reservation")
@@ -237,8 +240,12 @@ def options_from_args(args: argparse.Namespace) -> InfraOptions:
     if args.groups and given:
         raise _Invalid(f"--groups: it sets each group's nodes, provisioning and reservation: drop {', '.join(given)}")
     opts = options_of(args, INFRA_OPTIONS, DEFAULTS)
-    if args.provisioning is None and not opts.groups and opts.gpu in PROFILES:
-        opts = dataclasses.replace(opts, provisioning=machine_default(PROFILES[opts.gpu]))
+    if opts.gpu in PROFILES:  # what was not given is obtained the machine's default way
+        default = machine_default(PROFILES[opts.gpu])
+        if opts.groups:
+            opts = dataclasses.replace(opts, groups=tuple(g.for_machine(default) for g in opts.groups))
+        elif args.provisioning is None:
+            opts = dataclasses.replace(opts, provisioning=default)
     for check in (_check_location, _check_offered, _check_nodes, _check_storage_and_names):
         check(opts)
     return opts

@@ -203,7 +203,10 @@ def prepare_values(rel: releases.NemoRlRelease) -> dict[str, Any]:
 
 
 def groups(opts: Options) -> tuple[GroupSpec, ...]:
-    return opts.groups or (GroupSpec("gpu", opts.nodes, opts.provisioning or machine_default(profile(opts.gpu)), opts.reservation),)
+    default = machine_default(profile(opts.gpu))
+    if opts.groups:
+        return tuple(g.for_machine(default) for g in opts.groups)
+    return (GroupSpec("gpu", opts.nodes, opts.provisioning or default, opts.reservation),)
 
 
 def check_provisioning(opts: Options) -> None:
@@ -216,6 +219,9 @@ def check_provisioning(opts: Options) -> None:
             raise ValueError(f"{option}: {why}")
     if not opts.groups and groups(opts)[0].provisioning == "reservation" and not opts.reservation:
         raise ValueError(f"--reservation: {reservation_missing(p, cite=not opts.provisioning)}")
+    for given, g in zip(opts.groups, groups(opts) if opts.groups else (), strict=True):  # an entry without provisioning took the machine's
+        if not given.provisioning and g.provisioning == "reservation" and not g.reservation:
+            raise ValueError(f"--groups: group {g.name}: {reservation_missing(p, group=g.name)}")
 
 
 def _reservation_project(opts: Options, group: GroupSpec) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from generator.gke.provisioning import DEFAULT_PROVISIONING, PROVISIONING
+from generator.gke.provisioning import PROVISIONING
 
 MAX_NODES = 64  # GPU worker nodes in one values file
 
@@ -21,8 +21,13 @@ def worker_nodes(replicas: Iterable[int]) -> int:
 class GroupSpec:
     name: str
     replicas: int
-    provisioning: str = DEFAULT_PROVISIONING
+    provisioning: str = ""  # "": not given, the machine's default (for_machine)
     reservation: str = ""
+
+    def for_machine(self, default: str) -> GroupSpec:
+        """This group with the machine's default provisioning (gke.provisioning.machine_default:
+        its profile row decides, e.g. reservation for A4X) where the entry named none."""
+        return self if self.provisioning else replace(self, provisioning=default)
 
     @classmethod
     def parse(cls, text: str) -> GroupSpec:
@@ -33,13 +38,14 @@ class GroupSpec:
             raise ValueError(f"--groups entry {text!r}: use NAME=REPLICAS[:PROVISIONING[:RESERVATION]], e.g. reserved=4:reservation:res-a")
         if not 1 <= int(parts[0]) <= MAX_NODES:
             raise ValueError(f"--groups entry {text!r}: REPLICAS must be between 1 and {MAX_NODES}")
-        prov = parts[1] if len(parts) > 1 else DEFAULT_PROVISIONING
-        if prov not in PROVISIONING:
+        prov = parts[1] if len(parts) > 1 else ""
+        if prov and prov not in PROVISIONING:
             raise ValueError(f"--groups entry {text!r}: provisioning must be one of {', '.join(PROVISIONING)}")
         return cls(name, int(parts[0]), prov, parts[2] if len(parts) > 2 else "")
 
     def __str__(self) -> str:
-        return ":".join([f"{self.name}={self.replicas}", self.provisioning, *([self.reservation] if self.reservation else [])])
+        parts = [f"{self.name}={self.replicas}", self.provisioning, self.reservation]
+        return ":".join(p for p in parts if p)
 
 
 def parse_groups(text: str) -> tuple[GroupSpec, ...]:

@@ -1221,6 +1221,7 @@ def test_machines_without_dra_claims_leave_kueues_configuration_alone(scripts):
         (["--provisioning", "spot"], "--provisioning: a4x-highgpu-4g (gb200) is offered as reservation only, not spot"),
         (["--provisioning", "flex-start"], "--provisioning: a4x-highgpu-4g (gb200) is offered as reservation only, not flex-start"),
         (["--groups", "a=2:reservation:r1,b=2:spot"], "--groups: a4x-highgpu-4g (gb200) is offered as reservation only, not spot"),
+        (["--groups", "a=2"], "--groups: group a: a4x-highgpu-4g (gb200) nodes come from a reservation (Google Cloud"),
     ],
 )
 def test_a4x_is_obtained_by_reservation_only(tmp_path, capsys, args, message):

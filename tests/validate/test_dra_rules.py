@@ -14,6 +14,7 @@ from generator.gke.provisioning import machine_default
 from generator.validate.findings import ERROR
 from generator.validate.values import validate_values
 from generator.values.build import Options, build
+from generator.values.worker_groups import parse_groups
 
 
 def _opts(gpu: str, **kw: Any) -> Options:
@@ -113,3 +114,16 @@ def test_the_generator_refuses_a4x_capacity_google_does_not_offer(kw: dict[str, 
 
 def test_machines_offered_every_way_still_default_to_spot() -> None:
     assert build(Options(gpu="h200"))["workerGroups"][0]["provisioning"] == "spot"
+    assert [g["provisioning"] for g in build(Options(gpu="h200", groups=parse_groups("a=2,b=1:on-demand")))["workerGroups"]] == [
+        "spot",
+        "on-demand",
+    ]
+
+
+def test_a_groups_entry_without_provisioning_takes_the_machines_way() -> None:
+    """`--groups a=2` names no provisioning: on A4X that is a reservation (the profile row), never
+    a refused Spot, and the entry is told how to name the reservation."""
+    with pytest.raises(ValueError) as refused:
+        build(Options(gpu="gb200", groups=parse_groups("a=2:reservation:r1,b=2")))
+    assert str(refused.value).startswith("--groups: group b: a4x-highgpu-4g (gb200) nodes come from a reservation")
+    assert str(refused.value).endswith("give the group as b=N:reservation:RESERVATION") and "spot" not in str(refused.value).split("):")[-1]
