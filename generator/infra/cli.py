@@ -165,14 +165,19 @@ def _check_offered(o: InfraOptions) -> None:
         _check(not (why := not_offered(p, g.provisioning)), "--groups" if o.groups else "--provisioning", why)
 
 
+def _reservation_missing(o: InfraOptions, plain: str, group: str = "") -> str:
+    """What a reservation pool without its reservation's name is told: the machine's source where
+    Google offers it by reservation only (A4X), else `plain`."""
+    p = profile(o.gpu)
+    return reservation_missing(p, group=group) if machine_default(p) == "reservation" else plain
+
+
 def _check_groups(o: InfraOptions) -> None:
     names = [g.name for g in o.groups]
     for g in o.groups:
         _check(bool(GROUP_NAME.fullmatch(g.name)), "--groups", f"{g.name!r} is not a lowercase name of at most 20 characters")
         if g.provisioning == "reservation":
-            p = profile(o.gpu)
-            plain = "a reservation group needs NAME=N:reservation:RESERVATION"
-            missing = reservation_missing(p, group=g.name) if machine_default(p) == "reservation" else plain
+            missing = _reservation_missing(o, "a reservation group needs NAME=N:reservation:RESERVATION", group=g.name)
             _check(bool(g.reservation), "--groups", f"group {g.name}: {missing}")
             _check_reservation("--groups", g.reservation)
         else:
@@ -188,9 +193,7 @@ def _check_nodes(o: InfraOptions) -> None:
     else:
         _check(1 <= o.nodes <= MAX_NODES, "--nodes", f"must be between 1 and {MAX_NODES}, got {o.nodes}")
         if o.provisioning == "reservation":
-            p = profile(o.gpu)
-            plain = "required with --provisioning reservation"
-            _check(bool(o.reservation), "--reservation", reservation_missing(p) if machine_default(p) == "reservation" else plain)
+            _check(bool(o.reservation), "--reservation", _reservation_missing(o, "required with --provisioning reservation"))
             _check_reservation("--reservation", o.reservation)
         else:
             _check(not o.reservation, "--reservation", f"only with --provisioning reservation (got --provisioning {o.provisioning})")

@@ -219,8 +219,8 @@ def check_provisioning(opts: Options) -> None:
             raise ValueError(f"{option}: {why}")
     if not opts.groups and groups(opts)[0].provisioning == "reservation" and not opts.reservation:
         raise ValueError(f"--reservation: {reservation_missing(p, cite=not opts.provisioning)}")
-    for given, g in zip(opts.groups, groups(opts) if opts.groups else (), strict=True):  # an entry without provisioning took the machine's
-        if not given.provisioning and g.provisioning == "reservation" and not g.reservation:
+    for g in opts.groups:  # an entry without provisioning takes the machine's
+        if not g.provisioning and machine_default(p) == "reservation" and not g.reservation:
             raise ValueError(f"--groups: group {g.name}: {reservation_missing(p, group=g.name)}")
 
 
