@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from generator.rehearse.interrupts import held_back
 from generator.rehearse.topology import NodeSpec
 
 TAG_ENV = "NEMO_RL_GKE_REHEARSAL"
@@ -193,6 +194,10 @@ RAY_SETTINGS = {
 }
 
 
+def _keep_sigterm_handler(_handler: Any) -> None:
+    """Stands for ray._private.utils.set_sigterm_handler while nodes start (LocalCluster._spawning)."""
+
+
 @dataclass
 class LocalNode:
     spec: NodeSpec
@@ -229,14 +234,24 @@ class LocalCluster:
 
     @contextlib.contextmanager
     def _spawning(self) -> Iterator[None]:
-        """Ray's node processes inherit this process's environment and working directory."""
+        """Ray's node processes inherit this process's environment and working directory.
+
+        A node's start does not install Ray's SIGTERM handler (ray/_private/node.py
+        _register_shutdown_hooks: end that one node's processes, then sys.exit(1)) over the
+        rehearse command's, which ends every node and exits 130; the node's atexit hook and its
+        reaper (every process ended if this one is killed) stay."""
+        import ray._private.utils as ray_utils
+
         saved_env, saved_cwd, env = dict(os.environ), os.getcwd(), self.env()
+        saved_sigterm = ray_utils.set_sigterm_handler
+        ray_utils.set_sigterm_handler = _keep_sigterm_handler
         os.environ.clear()
         os.environ.update(env)
         os.chdir(self.workdir)  # a folder holding no `ray` package
         try:
             yield
         finally:
+            ray_utils.set_sigterm_handler = saved_sigterm
             os.chdir(saved_cwd)
             os.environ.clear()
             os.environ.update(saved_env)
@@ -279,16 +294,22 @@ class LocalCluster:
                 "gcs_server_port": free_port(),
                 "temp_dir": str(self.temp_dir),
             }
-            self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
-            self.nodes.append(LocalNode(head, self._cluster.head_node))
+            with held_back(f"Ray's head node ({head.name}) is up"):
+                self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
+                self.nodes.append(LocalNode(head, self._cluster.head_node))
             for spec in workers:
-                self.nodes.append(LocalNode(spec, self._cluster.add_node(**self._node_args(spec))))
-            self._cluster.wait_for_nodes()
+                self._add(spec)
+            with held_back("Ray has registered every node"):
+                self._cluster.wait_for_nodes()
         return self
+
+    def _add(self, spec: NodeSpec) -> None:
+        with held_back(f"Ray node {spec.name} is up"):
+            self.nodes.append(LocalNode(spec, self._cluster.add_node(**self._node_args(spec))))
 
     def add(self, spec: NodeSpec) -> None:
         with self._spawning():
-            self.nodes.append(LocalNode(spec, self._cluster.add_node(**self._node_args(spec))))
+            self._add(spec)
 
     def remove(self, name: str) -> NodeSpec:
         node = next(n for n in self.nodes if n.spec.name == name)
