@@ -28,7 +28,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 @contextlib.contextmanager
 def held_back(doing: str) -> Iterator[None]:
     """Hold SIGNALS back for the block; `doing` says what finishes first (one line on stderr).
-    Signals ignored when the block starts stay ignored.
+    Signals ignored when the block starts stay ignored; those handled outside Python are left alone.
 
     Outside the main thread (where Python cannot set handlers) the block runs unguarded."""
     if threading.current_thread() is not threading.main_thread():
@@ -41,8 +41,9 @@ def held_back(doing: str) -> Iterator[None]:
             print(f"interrupt received: stopping once {doing}", file=sys.stderr, flush=True)
         received.append(signum)
 
-    # An ignored signal (a shell's background job starts with SIGINT ignored) stays ignored.
-    previous = {sig: signal.signal(sig, record) for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
+    # An ignored signal (a shell's background job starts with SIGINT ignored) stays ignored, and one
+    # whose handler was set outside Python (getsignal: None) is left alone: it could not be put back.
+    previous = {sig: signal.signal(sig, record) for sig in SIGNALS if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
     try:
         yield
     finally:
