@@ -43,10 +43,10 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from generator.rehearse.interrupts import handled_by
     from generator.rehearse.run import Request, rehearse
 
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    with handled_by(_interrupt, (signal.SIGTERM, signal.SIGHUP)):
         request = Request(
             args.values,
             release=args.release,
@@ -56,6 +56,3 @@ def run(args: argparse.Namespace) -> int:
             sets=tuple(args.sets),
         )
         return rehearse(request)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

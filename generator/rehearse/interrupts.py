@@ -19,10 +19,21 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def handled_by(handler: Callable[[int, Any], None], signals: Iterable[int]) -> Iterator[None]:
+    """`handler` for `signals` during the block; the handlers in force before it afterwards."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 @contextlib.contextmanager
@@ -43,12 +54,11 @@ def held_back(doing: str) -> Iterator[None]:
 
     # An ignored signal (a shell's background job starts with SIGINT ignored) stays ignored, and one
     # whose handler was set outside Python (getsignal: None) is left alone: it could not be put back.
-    previous = {sig: signal.signal(sig, record) for sig in SIGNALS if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
+    taken = [sig for sig in SIGNALS if signal.getsignal(sig) not in (signal.SIG_IGN, None)]
     try:
-        yield
+        with handled_by(record, taken):
+            yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if received:
             # The handler in force again acts on it as if it had just arrived: Python's SIGINT
             # handler and the rehearse command's SIGTERM/SIGHUP handler raise KeyboardInterrupt.

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from generator.rehearse.interrupts import SIGNALS, held_back
+from generator.rehearse.interrupts import SIGNALS, handled_by, held_back
 
 
 class Arrived(Exception):
@@ -28,13 +28,10 @@ def _arrived(signum: int, _frame: Any) -> None:
 
 @pytest.fixture
 def own_handlers() -> Iterator[None]:
-    """A handler of this test's own for each signal (pytest-xdist workers may ignore SIGINT)."""
-    previous = {sig: signal.signal(sig, _arrived) for sig in SIGNALS}
-    try:
+    """A handler of this test's own for each signal, whatever pytest was started with (a shell's
+    background job has SIGINT ignored)."""
+    with handled_by(_arrived, SIGNALS):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)

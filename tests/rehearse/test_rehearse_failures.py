@@ -98,7 +98,7 @@ def _sigint_not_ignored() -> Iterator[None]:
 )
 def test_an_interrupt_while_the_cluster_starts_ends_every_ray_process(tmp_values: Path, sig: int, whole_group: bool) -> None:
     """Ctrl-C reaches every process of the shell job; `kill` (SIGTERM) only the command, whose
-    handler Ray's first node replaces with its own while it starts (ray/_private/node.py)."""
+    handler each Ray node's start used to replace with Ray's own, which exits 1 (ray/_private/node.py)."""
     tag = f"rh-test-{uuid.uuid4().hex[:8]}"
     path = write(tmp_values, f"interrupted-{sig}", build(Options(gpu="h200", nodes=1)))
     env = {**os.environ, TAG_ENV: tag}
