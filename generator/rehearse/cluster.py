@@ -33,6 +33,10 @@ TAG_ENV = "NEMO_RL_GKE_REHEARSAL"
 NODE_LABEL = "nemo-rl-gke/pod"
 OBJECT_STORE_BYTES = 80 * 2**20  # Ray's minimum is 75 MiB
 BIN = Path(sys.executable).parent
+# How long a node may take to register with the GCS. Ray's own wait is 30 s (cluster_utils.py
+# Cluster._wait_for_node, wait_for_nodes); a two-core machine running other Ray clusters beside this
+# one has taken longer. An interrupt during a start waits for it (interrupts.held_back).
+REGISTER_S = 90.0
 
 
 _HANDED_OUT: set[int] = set()
@@ -294,22 +298,24 @@ class LocalCluster:
                 "gcs_server_port": free_port(),
                 "temp_dir": str(self.temp_dir),
             }
-            with held_back(f"Ray's head node ({head.name}) is up"):
-                self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
-                self.nodes.append(LocalNode(head, self._cluster.head_node))
+            self._cluster = Cluster()
+            self._add(head, head_args)
             for spec in workers:
-                self._add(spec)
+                self._add(spec, self._node_args(spec))
             with held_back("Ray has registered every node"):
-                self._cluster.wait_for_nodes()
+                self._cluster.wait_for_nodes(timeout=REGISTER_S)
         return self
 
-    def _add(self, spec: NodeSpec) -> None:
+    def _add(self, spec: NodeSpec, args: dict[str, Any]) -> None:
+        """Start one node and wait until the GCS lists it (the first call makes the head)."""
         with held_back(f"Ray node {spec.name} is up"):
-            self.nodes.append(LocalNode(spec, self._cluster.add_node(**self._node_args(spec))))
+            handle = self._cluster.add_node(wait=False, **args)
+            self.nodes.append(LocalNode(spec, handle))
+            self._cluster._wait_for_node(handle, timeout=REGISTER_S)
 
     def add(self, spec: NodeSpec) -> None:
         with self._spawning():
-            self._add(spec)
+            self._add(spec, self._node_args(spec))
 
     def remove(self, name: str) -> NodeSpec:
         node = next(n for n in self.nodes if n.spec.name == name)

@@ -9,8 +9,8 @@ Cluster(), add_node() and wait_for_nodes() go through that API (ray/_private/ser
 wait_for_node), and a Ctrl-C while a node starts lands there.
 
 Inside `held_back()`, those signals are recorded, one line on stderr says the interrupt is taken,
-and the first one is raised again as soon as the Ray call returns: each call ends within Ray's
-own timeouts (30 s for a node to register).
+and the first one is raised again as soon as the Ray call returns: each call ends within its
+timeout (cluster.REGISTER_S for a node to register).
 """
 
 from __future__ import annotations

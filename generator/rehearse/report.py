@@ -69,6 +69,16 @@ def report_local_ray(out: Output, o: Outcome) -> int:
     return 1
 
 
+def report_start_failure(out: Output, error: BaseException) -> int:
+    """Ray could not start the local cluster: this machine's failure, not the values'."""
+    first = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")
+    out.note(
+        f"FAIL: the local Ray cluster did not start ({type(error).__name__}{': ' + first if first else ''}); "
+        "your values are not at fault: run again when the machine is less busy"
+    )
+    return 1
+
+
 def report_failure(out: Output, result: dict[str, Any]) -> int:
     out.note(f"FAIL: {result.get('error', '')}")
     if result.get("explanation"):

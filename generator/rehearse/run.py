@@ -24,7 +24,7 @@ from generator.rehearse.cluster import OBJECT_STORE_BYTES, LocalCluster
 from generator.rehearse.drill import PAUSE_AFTER_STEP, PAUSED_LINE, Drill
 from generator.rehearse.launcher import RUN_LIMIT_S, Launcher, make_spec
 from generator.rehearse.plan import RunConfigError, Settings, settings, values_keys
-from generator.rehearse.report import STAND_IN_STEPS, Outcome, Output, report
+from generator.rehearse.report import STAND_IN_STEPS, Outcome, Output, report, report_start_failure
 from generator.rehearse.topology import NodeSpec, Rendered, parse_rendered
 from generator.render.manifests import parse_documents
 from generator.values.layers import helm_failure, layers, merge
@@ -32,8 +32,18 @@ from generator.values.merge import as_helm_sees_it
 
 DRIVER = "generator.rehearse.job.driver"  # run from the checkout: `python -m generator.rehearse.job.driver PLAN`
 # NeMo RL's waits, scaled down: 6 retries of 1, 2, 4... s -> 0.01, 0.02, 0.04... s; placement
-# groups 180 s -> 5 s; the venv reservation (no timeout in NeMo RL) -> 3 s.
-TIMING = {"retries": 6, "retry_base_s": 0.01, "pg_timeout_s": 5.0, "venv_wait_s": 3.0, "actor_wait_s": 60.0, "step_s": 0.1}
+# groups 180 s -> 5 s; the venv reservation (no timeout in NeMo RL) -> 3 s; actors no node has room
+# for (NeMo RL waits forever) -> 60 s; actors that have room but whose processes start slowly (a loaded
+# machine, not the values) -> up to 600 s.
+TIMING = {
+    "retries": 6,
+    "retry_base_s": 0.01,
+    "pg_timeout_s": 5.0,
+    "venv_wait_s": 3.0,
+    "actor_wait_s": 60.0,
+    "start_cap_s": 600.0,
+    "step_s": 0.1,
+}
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,10 @@ def rehearse(req: Request, *, cluster: LocalCluster | None = None, write: Callab
         started = time.monotonic()
         if cluster is None:
             cluster = LocalCluster(workdir)  # assigned first: Ctrl-C during start still cleans up
-            cluster.start(rendered.nodes)
+            try:
+                cluster.start(rendered.nodes)
+            except Exception as e:  # Ray's own: a node that did not register in time, a GCS that did not start
+                return report_start_failure(out, e)
             out.note(f"{len(rendered.nodes)} Ray nodes up in {time.monotonic() - started:.1f} s; dashboard {cluster.dashboard_url}")
         elif cluster.shape() != sorted(n.shape() for n in rendered.nodes):
             raise ValueError("the given local cluster does not have the rendered RayCluster's shape")

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from rehearse_harness import ROOT, cli, head_without_cpus, run_in, start_cluster, write
 
+from generator.rehearse import cluster as cluster_module
 from generator.rehearse.cluster import TAG_ENV, LocalCluster, free_port, tagged_pids
+from generator.rehearse.run import Request, rehearse
 from generator.values.build import Options, build
 
 
@@ -106,25 +108,45 @@ def test_an_interrupt_while_the_cluster_starts_ends_every_ray_process(tmp_values
     # Its own process group, like a shell job.
     with _sigint_not_ignored():
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    watchdog = threading.Timer(400, proc.kill)
+    watchdog = threading.Timer(600, proc.kill)
     watchdog.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("rehearse: local Ray cluster"):
                 break
-        deadline = time.monotonic() + 180  # a loaded machine (CI beside other jobs) starts Ray slowly
-        while "raylet" not in _names(tagged_pids(tag)) and time.monotonic() < deadline:  # the head node starting
+        # The head node starting; a loaded machine (CI beside other jobs) starts Ray slowly.
+        while "raylet" not in _names(tagged_pids(tag)) and proc.poll() is None:
             time.sleep(0.1)
-        assert "raylet" in _names(tagged_pids(tag))
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"rehearse ended (exit {proc.returncode}) before its head node's raylet started:\n{out}{err}")
         (os.killpg if whole_group else os.kill)(proc.pid, sig)
-        _, err = proc.communicate(timeout=150)  # the Ray call in progress ends first (30 s per node at most)
+        _, err = proc.communicate(timeout=300)  # the Ray call in progress ends first (REGISTER_S per node at most)
     finally:
         watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted" in err.splitlines()
+    assert tagged_pids(tag) == []
+
+
+@pytest.mark.ray
+def test_a_local_cluster_that_does_not_start_fails_in_one_line_and_leaves_no_process(
+    tmp_values: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's own node-registration timeout, cut to 0 s, stands for a machine too busy to start Ray."""
+    tag = f"rh-test-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(TAG_ENV, tag)
+    monkeypatch.setattr(cluster_module, "REGISTER_S", 0.0)
+    lines: list[str] = []
+    rc = rehearse(Request(write(tmp_values, "no-start", build(Options(gpu="h200", nodes=1)))), write=lines.append)
+    assert rc == 1
+    assert lines[-1].startswith(
+        "rehearse: FAIL: the local Ray cluster did not start (TimeoutError: Timed out after 0.0 seconds while waiting for node to startup."
+    )
+    assert lines[-1].endswith("your values are not at fault: run again when the machine is less busy")
     assert tagged_pids(tag) == []
 
 

@@ -29,6 +29,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from generator.rehearse.checkpoints import latest_step, save
@@ -71,6 +72,11 @@ class Cluster:
     def free_cpus(self, n: dict[str, Any]) -> float:
         return n.get("Resources", {}).get("CPU", 0) - self.held.get(n["NodeID"], 0)
 
+    def cpu_outside_groups(self) -> str | None:
+        """A node with a Ray CPU this run's placement groups do not hold, where a plain actor (1 CPU
+        to be scheduled) can start; None when there is none."""
+        return next((self.label(n) for n in self.nodes() if self.free_cpus(n) >= 1), None)
+
 
 # --- NeMo RL's requests ------------------------------------------------------------------------
 
@@ -111,16 +117,38 @@ class StandIn:
         return MathEnvironment.remote(n)
 
     def environment_ready(self, env: Any) -> None:
-        try:
-            n = self.ray.get(env.ready.remote(), timeout=self.t["actor_wait_s"])
-        except self.ray.exceptions.GetTimeoutError:
+        done = self.started([env.ready.remote()], "the math environment's actors", self.cluster.cpu_outside_groups)
+        if done is None:
             raise Failure(
                 "the math environment's actors were not scheduled",
                 f"after {self.t['actor_wait_s']:g} s no node had a free CPU for them; NeMo RL would hang at the first reward computation",
                 self.keys["head_cpu"],
                 "give the head a few Ray CPUs for the environment actors",
-            ) from None
-        say(f"math environment: {n + 1} actors running: placed")
+            )
+        say(f"math environment: {done[0] + 1} actors running: placed")
+
+    def started(self, refs: list[Any], what: str, schedulable: Callable[[], str | None]) -> list[Any] | None:
+        """The results of `refs` once the actors behind them run; None when, for actor_wait_s,
+        `schedulable()` found no node for them (NeMo RL would wait forever). While it names one,
+        the wait is only the machine's speed at starting Ray's worker processes (several per
+        actor, slow on a loaded machine), allowed up to start_cap_s."""
+        began = time.monotonic()
+        while True:
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=1.0)
+            if len(ready) == len(refs):
+                return self.ray.get(refs)
+            waited = time.monotonic() - began
+            node = schedulable()
+            if node is None and waited >= self.t["actor_wait_s"]:
+                return None
+            if node is not None and waited >= self.t["start_cap_s"]:
+                raise Failure(
+                    f"{what} did not start",
+                    f"{waited:.0f} s although {node} has room for them: this machine starts Ray's worker processes too slowly "
+                    "or they fail to start (see the Ray logs); your values are not at fault",
+                    "",
+                    "",
+                )
 
     # 3. virtual clusters -----------------------------------------------------------------------
     def create_cluster(self, name: str, bundles_per_node: list[int], cpus_per_bundle: int) -> list[Any]:
@@ -308,7 +336,7 @@ class StandIn:
                 strategy = PlacementGroupSchedulingStrategy(placement_group=g, placement_group_bundle_index=0)
                 w = TrainWorker.options(scheduling_strategy=strategy).remote()
                 workers.append((self.cluster.name(_bundle_node(g, 0)), w))
-            ray.get([w.step.remote(0) for _, w in workers], timeout=self.t["actor_wait_s"])
+            self.started([w.step.remote(0) for _, w in workers], "the training workers", lambda: "their placement group")
             say(f"training workers running on {', '.join(n for n, _ in workers)}")
         for step in range(start + 1, int(p["steps"]) + 1):
             print(step_header(step, int(p["steps"])), flush=True)
