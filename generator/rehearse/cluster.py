@@ -240,15 +240,21 @@ class LocalCluster:
     def _spawning(self) -> Iterator[None]:
         """Ray's node processes inherit this process's environment and working directory.
 
-        A node's start does not install Ray's SIGTERM handler (ray/_private/node.py
-        _register_shutdown_hooks: end that one node's processes, then sys.exit(1)) over the
-        rehearse command's, which ends every node and exits 130; the node's atexit hook and its
-        reaper (every process ended if this one is killed) stay."""
+        A node's start tries to reach the GCS once a second for REGISTER_S tries instead of Ray's
+        20 (ray/_private/node.py _init_gcs_client; RAY_NUM_REDIS_GET_RETRIES is read when Ray is
+        imported, before this runs): a busy machine starts the GCS slowly.
+
+        It does not install Ray's SIGTERM handler (ray/_private/node.py _register_shutdown_hooks:
+        end that one node's processes, then sys.exit(1)) over the rehearse command's, which ends
+        every node and exits 130; the node's atexit hook and its reaper (every process ended if
+        this one is killed) stay."""
         import ray._private.utils as ray_utils
+        from ray._private import ray_constants
 
         saved_env, saved_cwd, env = dict(os.environ), os.getcwd(), self.env()
-        saved_sigterm = ray_utils.set_sigterm_handler
+        saved_sigterm, saved_retries = ray_utils.set_sigterm_handler, ray_constants.NUM_REDIS_GET_RETRIES
         ray_utils.set_sigterm_handler = _keep_sigterm_handler
+        ray_constants.NUM_REDIS_GET_RETRIES = max(saved_retries, int(REGISTER_S))
         os.environ.clear()
         os.environ.update(env)
         os.chdir(self.workdir)  # a folder holding no `ray` package
@@ -256,6 +262,7 @@ class LocalCluster:
             yield
         finally:
             ray_utils.set_sigterm_handler = saved_sigterm
+            ray_constants.NUM_REDIS_GET_RETRIES = saved_retries
             os.chdir(saved_cwd)
             os.environ.clear()
             os.environ.update(saved_env)
