@@ -40,7 +40,7 @@ from generator.core.schema import SCHEMA_PATH, load_schema
 from generator.generate import render_text
 from generator.gke import kueue_versions
 from generator.gke.profiles import DEFAULT_ACCELERATOR, PROFILES
-from generator.gke.provisioning import example_reservation
+from generator.gke.provisioning import placeholder_reservation
 from generator.render import k8s_schema
 from generator.render.crd_schema import compiled
 from generator.render.manifests import KUBE_VERSIONS
@@ -87,10 +87,10 @@ def for_machine(gpu: str, argv: list[str]) -> list[str]:
     so a machine offered by reservation only gets a reservation's name, and Spot groups become a
     second reservation."""
     p = PROFILES[gpu]
-    if p.offers("spot"):
-        return ["--gpu", gpu, *argv]
-    argv = [a.replace("spot=4:spot", SECOND_RESERVATION) for a in argv]
-    return ["--gpu", gpu, *argv, *([] if "--groups" in argv else ["--reservation", example_reservation(p)])]
+    if not p.offers("spot"):
+        argv = [a.replace("spot=4:spot", SECOND_RESERVATION) for a in argv]
+    reserve = placeholder_reservation(p)
+    return ["--gpu", gpu, *argv, *([] if reserve is None or "--groups" in argv else ["--reservation", reserve])]
 
 
 def _install_doc() -> str:

@@ -30,9 +30,9 @@ for gpu in $profiles; do
     # a machine Google offers by reservation only (A4X) needs one named: a placeholder to replace
     reserve="$("$py" -c 'import sys
 from generator.gke.profiles import profile
-from generator.gke.provisioning import example_reservation, machine_default
-p = profile(sys.argv[1])
-print(f"--reservation={example_reservation(p)}" if machine_default(p) == "reservation" else "")' "$gpu")"
+from generator.gke.provisioning import placeholder_reservation
+r = placeholder_reservation(profile(sys.argv[1]))
+print(f"--reservation={r}" if r else "")' "$gpu")"
     "$py" -m generator --gpu "$gpu" ${reserve:+"$reserve"} 2>&1 | sed 's/^/    /'
   fi
 done

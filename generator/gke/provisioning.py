@@ -221,3 +221,10 @@ def example_reservation(p: AcceleratorProfile) -> str:
     """The reservation the repository's generated files and the test bed name for a machine offered
     by reservation only (scripts/sync.sh's scenarios and examples, testbed.bed.default_infra)."""
     return f"{p.key}-reservation"
+
+
+def placeholder_reservation(p: AcceleratorProfile) -> str | None:
+    """The reservation to name where a tool writes a values file for this machine without the
+    user's (scripts/setup.sh, scripts/sync.sh): example_reservation for a machine whose nodes
+    default to a reservation (A4X), which the generator refuses to write without one; None else."""
+    return example_reservation(p) if machine_default(p) == "reservation" else None
