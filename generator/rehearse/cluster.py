@@ -33,9 +33,10 @@ TAG_ENV = "NEMO_RL_GKE_REHEARSAL"
 NODE_LABEL = "nemo-rl-gke/pod"
 OBJECT_STORE_BYTES = 80 * 2**20  # Ray's minimum is 75 MiB
 BIN = Path(sys.executable).parent
-# How long a node may take to register with the GCS. Ray's own wait is 30 s (cluster_utils.py
-# Cluster._wait_for_node, wait_for_nodes); a two-core machine running other Ray clusters beside this
-# one has taken longer. An interrupt during a start waits for it (interrupts.held_back).
+# How long a node may take to reach the GCS and to register with it. Ray's own waits are 20 tries
+# and 30 s (node.py _init_gcs_client; cluster_utils.py Cluster._wait_for_node, wait_for_nodes); a
+# two-core machine running other Ray clusters beside this one has taken longer. An interrupt during
+# a start waits for it (interrupts.held_back).
 REGISTER_S = 90.0
 
 

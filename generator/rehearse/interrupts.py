@@ -5,7 +5,7 @@ connect() has run (ray/_private/state.py GlobalState._connect_and_get_accessor m
 then calls connect()). A KeyboardInterrupt raised between the two destroys an unjoined std::thread:
 the process aborts ("terminate called without an active exception", exit -6) or deadlocks,
 before any clean-up or message (tests/rehearse/test_interrupts.py shows it on the installed Ray).
-Cluster(), add_node() and wait_for_nodes() go through that API (ray/_private/services.py
+Cluster._wait_for_node() and wait_for_nodes() go through that API (ray/_private/services.py
 wait_for_node), and a Ctrl-C while a node starts lands there.
 
 Inside `held_back()`, those signals are recorded, one line on stderr says the interrupt is taken,
