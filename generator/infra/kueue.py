@@ -4,7 +4,7 @@ the GPU pools (their node labels are those the chart's worker pods select), one 
 a ClusterQueue over them and the LocalQueue in the release's namespace; with topology-aware
 scheduling also the Topology over GKE's node labels.
 
-Sources: Kueue v0.16.5's manifests and the `kueue.x-k8s.io/v1beta2` Topology and ResourceFlavor
+Sources: Kueue v0.19.2's manifests and the `kueue.x-k8s.io/v1beta2` Topology and ResourceFlavor
 with the levels cloud.google.com/gce-topology-block, -subblock, -host and kubernetes.io/hostname,
 as GKE's NCCL guide sets them up ("Run NCCL on custom GKE clusters that use A3 Mega or A3 High",
 https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-gke-custom-a3-mega-high); the pod
@@ -24,7 +24,7 @@ from generator.gke.provisioning import TYPES
 from generator.gke.topology import LEVELS
 from generator.infra.options import InfraOptions, reservation_name
 
-VERSION = "v0.16.5"
+VERSION = "v0.19.2"  # the Kueue the test bed runs (testbed/go/kueue/go.mod; a test keeps them equal)
 MANIFEST = f"https://github.com/kubernetes-sigs/kueue/releases/download/{VERSION}/manifests.yaml"
 API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = "nemo-rl"

@@ -978,7 +978,7 @@ def test_the_scale_out_example_comes_up_with_its_pools_kueue_and_topology(script
     spot = run.call("gcloud container node-pools create gpu-h200-spot")
     assert "spot" in spot and spot["total-max-nodes"] == "4"
     kueue_install = next(c for c in run.calls if signature(c) == "kubectl apply" and "kueue" in flags(c)["-f"])
-    assert flags(kueue_install)["-f"].endswith("/kueue/releases/download/v0.16.5/manifests.yaml") and "server-side" in flags(kueue_install)
+    assert flags(kueue_install)["-f"].endswith("/kueue/releases/download/v0.19.2/manifests.yaml") and "server-side" in flags(kueue_install)
     objs = _kueue_objects(run)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for o in objs:
@@ -1154,6 +1154,13 @@ def test_dranet_teardown_deletes_no_nic_vpc(scripts, cloud):
     assert down.rc == 0, down.stderr
     assert down.mutations == [d for d in EXPECTED_DELETES if "rdma" not in d and "gvnic" not in d]
     assert "$RDMA_VPC" not in scripts["h200-standard-dranet-teardown"].read_text()
+
+
+def test_the_kueue_the_script_installs_is_the_one_the_test_bed_runs() -> None:
+    """What tests/cluster shows of Kueue (admission, topology, DRA quota) holds for the release users install."""
+    from testbed.components import KUEUE
+
+    assert KUEUE.version == kueue.VERSION
 
 
 def test_gb200_with_dranet_and_kueue_writes_the_kueue_version_and_sizes_the_driver_quota(scripts, cloud):

@@ -50,7 +50,7 @@ RDMA_RANGES=(
 RDMA_INSTALLER_URL='https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae/gpudirect-rdma/nccl-rdma-installer.yaml'
 RDMA_INSTALLER_NAMESPACE='kube-system'
 NAMESPACE='nemo-rl'
-KUEUE_MANIFEST='https://github.com/kubernetes-sigs/kueue/releases/download/v0.16.5/manifests.yaml'
+KUEUE_MANIFEST='https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml'
 KUEUE_QUEUE='gpu-queue'
 KUEUE_CLUSTER_QUEUE='nemo-rl'
 LUSTRE_INSTANCE='nemo-rl-lustre'
@@ -195,7 +195,7 @@ This creates, in project $PROJECT, whatever of the following is missing (each st
   - GPU node pool gpu-h200-reserved: 4 x a3-ultragpu-8g (8 x NVIDIA H200 141GB), from the reservation, billed with it (at the on-demand rate) whether used or not
   - GPU node pool gpu-h200-spot: 0 to 4 x a3-ultragpu-8g (8 x NVIDIA H200 141GB), Spot, 0 nodes until the worker pods ask, billed while they run; price: https://cloud.google.com/spot-vms/pricing
   - NCCL RDMA installer (gIB v1.1.1) and namespace $NAMESPACE (Pod Security enforce=privileged)
-  - Kueue v0.16.5, its ClusterQueue $KUEUE_CLUSTER_QUEUE and LocalQueue $KUEUE_QUEUE
+  - Kueue v0.19.2, its ClusterQueue $KUEUE_CLUSTER_QUEUE and LocalQueue $KUEUE_QUEUE
   - private services access range $LUSTRE_RANGE on $CLUSTER_VPC and a firewall rule for Lustre (port 988)
   - Managed Lustre $LUSTRE_INSTANCE in $ZONE: $LUSTRE_CAPACITY_GIB GiB at $LUSTRE_THROUGHPUT MB/s per TiB, billed per GiB until it is deleted; price: https://cloud.google.com/products/calculator
 EOF
@@ -433,7 +433,7 @@ else
 fi
 
 step 13 Kueue
-# Kueue v0.16.5 (its release manifests, server-side as its documentation applies them).
+# Kueue v0.19.2 (its release manifests, server-side as its documentation applies them).
 if ! exists kubectl get deployment kueue-controller-manager --namespace=kueue-system; then
   run kubectl apply --server-side -f "$KUEUE_MANIFEST"
 fi
@@ -650,7 +650,7 @@ gke:
 kueue:
   enabled: true
   queueName: gpu-queue
-  version: v0.16.5
+  version: v0.19.2
   topology:
     mode: preferred
     level: cloud.google.com/gce-topology-block
