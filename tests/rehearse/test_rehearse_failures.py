@@ -21,6 +21,7 @@ from rehearse_harness import ROOT, cli, head_without_cpus, run_in, start_cluster
 
 from generator.rehearse import cluster as cluster_module
 from generator.rehearse.cluster import TAG_ENV, LocalCluster, free_port, tagged_pids
+from generator.rehearse.interrupts import handled_by
 from generator.rehearse.run import Request, rehearse
 from generator.values.build import Options, build
 
@@ -83,13 +84,9 @@ def _names(pids: list[int]) -> set[str]:
 def _sigint_not_ignored() -> Iterator[None]:
     """A child started inside gets SIGINT at its default, as a terminal's foreground job has it, also
     when pytest runs as a shell's background job (SIGINT ignored, which a child would inherit)."""
-    before = signal.getsignal(signal.SIGINT)
-    if before is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    with handled_by(signal.default_int_handler, [signal.SIGINT] if ignored else []):
         yield
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 @pytest.mark.ray
